@@ -1,0 +1,250 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrInvalidLimit is wrapped by every error that reports a Limit that cannot
+// be enforced: from Limit.Validate, ParseLimit, and Limiter calls given such
+// a limit. Test for it with errors.Is.
+var ErrInvalidLimit = errors.New("redlimit: invalid limit")
+
+// Algorithm names a rate-limiting algorithm. It is also part of the Redis key,
+// so switching a limit's algorithm starts from fresh state.
+type Algorithm string
+
+// The algorithms. The zero Algorithm ("") means GCRA.
+const (
+	// FixedWindow counts events in windows of Period; a window starts with
+	// the first event after the previous window ended. At most Rate events
+	// per window, so up to 2*Rate can pass around a window edge.
+	FixedWindow Algorithm = "fixed_window"
+	// TokenBucket holds up to Burst tokens, refilled continuously at Rate per
+	// Period; each event takes one token.
+	TokenBucket Algorithm = "token_bucket"
+	// GCRA (generic cell rate algorithm) spaces events Period/Rate apart and
+	// lets Burst of them arrive at once. It stores one timestamp per key.
+	// It is the default.
+	GCRA Algorithm = "gcra"
+)
+
+const (
+	// MaxCount bounds Rate and Burst.
+	MaxCount = 1_000_000_000
+	// MinPeriod is the shortest Period a Limit may have. Redis key TTLs are
+	// whole milliseconds, so shorter periods could not expire correctly.
+	MinPeriod = time.Millisecond
+	// exactMax bounds every integer the scripts hold: Lua numbers are
+	// doubles, exact up to 2^53. Half of that leaves room for the clock
+	// (about 2^51 µs since 1970).
+	exactMax = 1 << 52
+)
+
+// Limit says how many events are allowed over what time, and how.
+//
+// The zero Limit is invalid: Rate and Period must be set. Limit is a small
+// value; copy it freely.
+type Limit struct {
+	// Algorithm decides how events are counted; "" means GCRA.
+	Algorithm Algorithm
+	// Rate is the number of events allowed per Period; it must be > 0.
+	Rate int
+	// Period is the time Rate events are spread over; at least MinPeriod, in
+	// whole microseconds.
+	Period time.Duration
+	// Burst is how many events may pass at once (the bucket capacity of
+	// GCRA and TokenBucket); 0 means Rate. Window algorithms allow Rate per
+	// window: Burst must be 0 or equal to Rate for them.
+	Burst int
+}
+
+// PerSecond returns a GCRA limit of rate events per second, bursts up to rate.
+func PerSecond(rate int) Limit { return Limit{Rate: rate, Period: time.Second} }
+
+// PerMinute returns a GCRA limit of rate events per minute, bursts up to rate.
+func PerMinute(rate int) Limit { return Limit{Rate: rate, Period: time.Minute} }
+
+// PerHour returns a GCRA limit of rate events per hour, bursts up to rate.
+func PerHour(rate int) Limit { return Limit{Rate: rate, Period: time.Hour} }
+
+// algorithm returns the effective algorithm: "" is GCRA.
+func (l Limit) algorithm() Algorithm {
+	if l.Algorithm == "" {
+		return GCRA
+	}
+	return l.Algorithm
+}
+
+// burst returns the effective burst: 0 is Rate.
+func (l Limit) burst() int {
+	if l.Burst == 0 {
+		return l.Rate
+	}
+	return l.Burst
+}
+
+// Validate reports whether the limit can be enforced. Its errors wrap
+// ErrInvalidLimit and say what is wrong.
+func (l Limit) Validate() error {
+	spec, ok := algorithms[l.algorithm()]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: unknown algorithm %q (want one of %s)", ErrInvalidLimit, l.Algorithm, algorithmNames())
+	case l.Rate <= 0:
+		return fmt.Errorf("%w: rate %d must be positive", ErrInvalidLimit, l.Rate)
+	case l.Rate > MaxCount:
+		return fmt.Errorf("%w: rate %d is above the maximum %d", ErrInvalidLimit, l.Rate, MaxCount)
+	case l.Period < MinPeriod:
+		return fmt.Errorf("%w: period %v must be at least %v", ErrInvalidLimit, l.Period, MinPeriod)
+	case l.Period%time.Microsecond != 0:
+		return fmt.Errorf("%w: period %v must be whole microseconds", ErrInvalidLimit, l.Period)
+	case l.Burst < 0:
+		return fmt.Errorf("%w: burst %d must not be negative (0 means rate)", ErrInvalidLimit, l.Burst)
+	case l.Burst > MaxCount:
+		return fmt.Errorf("%w: burst %d is above the maximum %d", ErrInvalidLimit, l.Burst, MaxCount)
+	case spec.window && l.Burst != 0 && l.Burst != l.Rate:
+		return fmt.Errorf("%w: %s allows rate events per window; burst %d must be 0 or equal to rate %d",
+			ErrInvalidLimit, l.algorithm(), l.Burst, l.Rate)
+	case spec.span(l) > exactMax:
+		return fmt.Errorf("%w: %v is too large to count exactly (burst times period in microseconds, over the rate's common factor, exceeds 2^52)",
+			ErrInvalidLimit, l)
+	}
+	return nil
+}
+
+// String formats the limit in the grammar ParseLimit reads, so that
+// ParseLimit(l.String()) returns l for every valid l.
+func (l Limit) String() string {
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(l.Rate))
+	b.WriteByte('/')
+	b.WriteString(formatPeriod(l.Period))
+	if l.Algorithm != "" {
+		b.WriteByte(' ')
+		b.WriteString(string(l.Algorithm))
+	}
+	if l.Burst != 0 {
+		b.WriteString(" burst=")
+		b.WriteString(strconv.Itoa(l.Burst))
+	}
+	return b.String()
+}
+
+// periodUnits are tried largest first when formatting a period.
+var periodUnits = []struct {
+	name string
+	d    time.Duration
+}{{"h", time.Hour}, {"m", time.Minute}, {"s", time.Second}, {"ms", time.Millisecond}, {"us", time.Microsecond}}
+
+// formatPeriod writes d in the largest unit that divides it, omitting a
+// count of 1: "h", "10s", "1500us". Other durations use time.Duration's form.
+func formatPeriod(d time.Duration) string {
+	for _, u := range periodUnits {
+		if d > 0 && d%u.d == 0 {
+			if n := d / u.d; n != 1 {
+				return strconv.FormatInt(int64(n), 10) + u.name
+			}
+			return u.name
+		}
+	}
+	return d.String()
+}
+
+// ParseLimit reads a limit written as
+//
+//	RATE/PERIOD [ALGORITHM] [burst=N]
+//
+// RATE is a positive decimal integer. PERIOD is a duration in Go's syntax
+// (time.ParseDuration: "10s", "500ms", "1m30s", "2h") whose count may be
+// left out when it is 1 ("s", "m", "h"). ALGORITHM is one of the Algorithm
+// names ("gcra", "token_bucket", "fixed_window"); without it the limit is
+// GCRA. Fields are separated by spaces; the options may come in any order.
+//
+// Examples: "100/m", "5/10s", "3/500ms", "1/h", "20/s token_bucket burst=40".
+//
+// The result is validated: errors wrap ErrInvalidLimit and name the part of
+// s that is wrong.
+func ParseLimit(s string) (Limit, error) {
+	fields := strings.Fields(s)
+	if len(fields) == 0 {
+		return Limit{}, fmt.Errorf("%w: empty limit (want RATE/PERIOD, e.g. \"100/m\")", ErrInvalidLimit)
+	}
+	bad := func(format string, args ...any) (Limit, error) {
+		return Limit{}, fmt.Errorf("%w: %q: %s", ErrInvalidLimit, s, fmt.Sprintf(format, args...))
+	}
+
+	rate, period, ok := strings.Cut(fields[0], "/")
+	if !ok {
+		return bad("want RATE/PERIOD, e.g. \"100/m\"")
+	}
+	var l Limit
+	var err error
+	if l.Rate, err = parseCount(rate); err != nil {
+		return bad("rate %v", err)
+	}
+	if l.Period, err = parsePeriod(period); err != nil {
+		return bad("period %v", err)
+	}
+	for _, f := range fields[1:] {
+		if v, ok := strings.CutPrefix(f, "burst="); ok {
+			if l.Burst != 0 {
+				return bad("burst given twice")
+			}
+			if l.Burst, err = parseCount(v); err != nil {
+				return bad("burst %v", err)
+			}
+			continue
+		}
+		if _, known := algorithms[Algorithm(f)]; !known {
+			return bad("unknown option %q (want an algorithm: %s; or burst=N)", f, algorithmNames())
+		}
+		if l.Algorithm != "" {
+			return bad("algorithm given twice")
+		}
+		l.Algorithm = Algorithm(f)
+	}
+	if err := l.Validate(); err != nil {
+		return Limit{}, fmt.Errorf("%q: %w", s, err)
+	}
+	return l, nil
+}
+
+// parseCount reads a positive decimal integer no larger than MaxCount.
+func parseCount(s string) (int, error) {
+	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, fmt.Errorf("%q must be a positive integer", s)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n > MaxCount {
+		return 0, fmt.Errorf("%q is above the maximum %d", s, MaxCount)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("must be positive, not 0")
+	}
+	return n, nil
+}
+
+// parsePeriod reads a positive Go duration whose leading 1 may be omitted.
+func parsePeriod(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, errors.New("is missing (want e.g. \"s\", \"10s\", \"500ms\")")
+	}
+	if c := s[0]; c < '0' || c > '9' {
+		if c == '-' || c == '+' || c == '.' {
+			return 0, fmt.Errorf("%q must be a positive duration", s)
+		}
+		s = "1" + s
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration with a unit (ms, s, m, h)", s)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%q must be positive", s)
+	}
+	return d, nil
+}

@@ -1,0 +1,289 @@
+// Package redistest starts real redis-server processes for tests: standalone
+// servers and clusters, each on free loopback ports, each stopped by its own
+// process handle when the test ends.
+//
+// When redis-server is not on PATH the test is skipped with a loud message,
+// unless REDLIMIT_REQUIRE_REDIS=1, in which case it fails: CI sets it so a
+// missing server can never pass as green.
+package redistest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RequireEnv names the environment variable that turns a missing
+// redis-server from a skip into a failure when set to "1".
+const RequireEnv = "REDLIMIT_REQUIRE_REDIS"
+
+// startTimeout bounds how long a server or cluster may take to come up.
+const startTimeout = 20 * time.Second
+
+// Server is one running redis-server process.
+type Server struct {
+	// Addr is host:port on the loopback interface.
+	Addr string
+
+	dir      string
+	cmd      *exec.Cmd
+	exited   chan struct{} // closed when the process has exited
+	stopOnce sync.Once
+}
+
+// serverPath finds redis-server or ends the test: skip by default, fail when
+// RequireEnv is "1".
+func serverPath(t testing.TB) string {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err == nil {
+		return path
+	}
+	msg := "redistest: redis-server is not on PATH: tests against real Redis CANNOT RUN. " +
+		"Install it (apt-get install redis-server) or run .ci/run."
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatalf("%s %s=1 makes this a failure.", msg, RequireEnv)
+	}
+	t.Skipf("%s SKIPPING; set %s=1 to fail instead.", msg, RequireEnv)
+	return ""
+}
+
+// Standalone starts one redis-server for the test and returns it once it
+// answers PING. It is stopped when the test and its subtests end.
+func Standalone(t testing.TB) *Server {
+	t.Helper()
+	return start(t, serverPath(t), false)
+}
+
+// start launches a server on a free port, retrying a few times in case
+// another process takes the port between choosing and binding it.
+func start(t testing.TB, path string, cluster bool) *Server {
+	t.Helper()
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort(cluster)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		s, err := launch(t, path, port, cluster)
+		if err == nil {
+			return s
+		}
+		lastErr = err
+	}
+	t.Fatalf("redistest: could not start redis-server: %v", lastErr)
+	return nil
+}
+
+func launch(t testing.TB, path string, port int, cluster bool) (*Server, error) {
+	dir := t.TempDir()
+	args := []string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir,
+		"--loglevel", "warning", "--logfile", "",
+	}
+	if cluster {
+		args = append(args, "--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "5000")
+	}
+	cmd := exec.Command(path, args...)
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(s.exited) }()
+	t.Cleanup(s.Stop)
+
+	if err := s.waitReady(); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("%w; server output:\n%s", err, out.String())
+	}
+	return s, nil
+}
+
+// waitReady polls PING until the server answers, exits, or time runs out.
+func (s *Server) waitReady() error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: time.Second, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.exited:
+			return fmt.Errorf("redis-server on %s exited before answering", s.Addr)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server on %s did not answer PING within %v: %v", s.Addr, startTimeout, err)
+		}
+	}
+}
+
+// Client returns a new client of its own (its own connection pool, as a
+// separate app instance would have), closed when the test ends.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Stop kills the server process and waits for it to exit. It is safe to
+// call more than once and is called by the test's cleanup anyway; call it
+// earlier to test what happens when Redis goes away.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	})
+}
+
+// Cluster is a Redis Cluster of master nodes, each a Server, with the hash
+// slots split evenly between them.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// NewCluster starts masters redis-server processes (at least 1) in cluster
+// mode, assigns the 16384 slots evenly, joins them, and returns once every
+// node reports cluster_state:ok. The nodes stop when the test ends.
+func NewCluster(t testing.TB, masters int) *Cluster {
+	t.Helper()
+	if masters < 1 {
+		t.Fatalf("redistest: NewCluster(%d): need at least one master", masters)
+	}
+	path := serverPath(t)
+	c := &Cluster{}
+	for i := 0; i < masters; i++ {
+		c.Nodes = append(c.Nodes, start(t, path, true))
+	}
+	if err := c.form(); err != nil {
+		t.Fatalf("redistest: forming a %d-master cluster: %v", masters, err)
+	}
+	return c
+}
+
+// form assigns slots, introduces the nodes, and waits for agreement.
+func (c *Cluster) form() error {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	const slots = 16384
+	var clients []*redis.Client
+	for _, n := range c.Nodes {
+		cl := redis.NewClient(&redis.Options{Addr: n.Addr})
+		defer cl.Close()
+		clients = append(clients, cl)
+	}
+	for i, cl := range clients {
+		lo, hi := i*slots/len(clients), (i+1)*slots/len(clients)-1
+		if err := cl.ClusterAddSlotsRange(ctx, lo, hi).Err(); err != nil {
+			return fmt.Errorf("ADDSLOTS %d-%d on %s: %w", lo, hi, c.Nodes[i].Addr, err)
+		}
+	}
+	for _, n := range c.Nodes[1:] {
+		host, port, _ := net.SplitHostPort(n.Addr)
+		if err := clients[0].ClusterMeet(ctx, host, port).Err(); err != nil {
+			return fmt.Errorf("MEET %s: %w", n.Addr, err)
+		}
+	}
+	want := fmt.Sprintf("cluster_known_nodes:%d", len(c.Nodes))
+	for {
+		ready := true
+		for _, cl := range clients {
+			info, err := cl.ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, want) {
+				ready = false
+				break
+			}
+		}
+		if ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("nodes did not agree on cluster_state:ok in time")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Addrs returns the nodes' addresses.
+func (c *Cluster) Addrs() []string {
+	addrs := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		addrs[i] = n.Addr
+	}
+	return addrs
+}
+
+// Client returns a new cluster client of its own, closed when the test ends.
+func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+// freePort asks the kernel for a free loopback port. For a cluster node the
+// bus port (port+10000) must be free too.
+func freePort(cluster bool) (int, error) {
+	for i := 0; i < 20; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+		if !cluster {
+			return port, nil
+		}
+		if port+10000 > 65535 {
+			continue
+		}
+		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+		if err != nil {
+			continue
+		}
+		_ = bus.Close()
+		return port, nil
+	}
+	return 0, errors.New("no free loopback port pair for a cluster node")
+}
+
+// lockedBuffer collects a process's output; the process writes from its own
+// goroutine while a failing start reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

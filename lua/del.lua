@@ -1,0 +1,4 @@
+-- del: forget the state of one identity.
+-- KEYS    every key one algorithm keeps for it (one hash tag, one slot).
+-- Reply   the number of keys removed.
+return redis.call('DEL', unpack(KEYS))

@@ -1,0 +1,22 @@
+-- Fixed window: a counter per window of `period`, the window starting at
+-- the first event after the previous one ended.
+--
+-- KEYS[1] hash {w = window start in microseconds, n = events counted}.
+-- ARGV    as in the prelude; burst is the allowance per window (= rate).
+-- Reply   {allowed, remaining, retry_after_us, reset_after_us}
+local state = redis.call('HMGET', KEYS[1], 'w', 'n')
+local start, count = tonumber(state[1]), tonumber(state[2])
+local fresh = not start or now >= start + period
+if fresh then start, count = now, 0 end
+
+local left = start + period - now -- until this window ends
+if count + cost > burst then
+  return {0, burst - count, left, left}
+end
+count = count + cost
+if cost > 0 then
+  redis.call('HSET', KEYS[1], 'w', start, 'n', count)
+  if fresh then redis.call('PEXPIRE', KEYS[1], ms(left)) end
+end
+if count == 0 then left = 0 end
+return {1, burst - count, 0, left}

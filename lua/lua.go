@@ -1,0 +1,36 @@
+// Package lua holds the Redis scripts behind every redlimit decision.
+//
+// Each decision script is the shared prelude (prelude.lua: arguments, clock,
+// helpers) followed by one algorithm's body, so every script takes the same
+// ARGV and replies in the same shape. The scripts are plain strings; package
+// core runs them with EVALSHA. This package uses the standard library only.
+package lua
+
+import _ "embed"
+
+//go:embed prelude.lua
+var prelude string
+
+//go:embed gcra.lua
+var gcra string
+
+//go:embed token_bucket.lua
+var tokenBucket string
+
+//go:embed fixed_window.lua
+var fixedWindow string
+
+//go:embed del.lua
+var del string
+
+// Decision scripts, one per algorithm: KEYS and ARGV as documented at the
+// top of prelude.lua and of each algorithm's file.
+var (
+	GCRA        = prelude + gcra
+	TokenBucket = prelude + tokenBucket
+	FixedWindow = prelude + fixedWindow
+)
+
+// Del deletes every key passed in KEYS and replies with how many existed.
+// It exists because redis.Scripter offers scripts but no DEL.
+var Del = del
