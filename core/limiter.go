@@ -39,29 +39,30 @@ type algorithmSpec struct {
 	// window: the allowance is Rate per Period, and Burst must equal Rate.
 	window bool
 	// span returns the largest integer the script will hold for l, beyond
-	// the clock, so Validate can refuse limits Lua cannot count exactly.
-	span func(l Limit) int64
+	// the clock, so Validate can refuse limits Lua cannot count exactly. It
+	// is a float64 so that absurd limits cannot overflow the check itself.
+	span func(l Limit) float64
 }
 
 var algorithms = map[Algorithm]algorithmSpec{
 	GCRA: {
 		script: redis.NewScript(lua.GCRA),
-		span: func(l Limit) int64 {
+		span: func(l Limit) float64 {
 			interval := (micros(l.Period) + int64(l.Rate) - 1) / int64(l.Rate)
-			return int64(l.burst()) * interval
+			return float64(l.burst()) * float64(interval)
 		},
 	},
 	TokenBucket: {
 		script: redis.NewScript(lua.TokenBucket),
-		span: func(l Limit) int64 {
+		span: func(l Limit) float64 {
 			p := micros(l.Period)
-			return int64(l.burst()) * (p / gcd(p, int64(l.Rate)))
+			return float64(l.burst()) * float64(p/gcd(p, int64(l.Rate)))
 		},
 	},
 	FixedWindow: {
 		script: redis.NewScript(lua.FixedWindow),
 		window: true,
-		span:   func(l Limit) int64 { return micros(l.Period) },
+		span:   func(l Limit) float64 { return float64(micros(l.Period)) },
 	},
 }
 

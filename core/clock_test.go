@@ -1,0 +1,75 @@
+package core_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// TestServerClock runs each algorithm on real Redis with the default clock,
+// the server's TIME, and waits in real time: a denied request succeeds
+// after sleeping its RetryAfter, and the key is gone after its ResetAfter.
+// Periods are short so the whole test sleeps well under a second per case.
+func TestServerClock(t *testing.T) {
+	t.Parallel()
+	servers := map[string]func(t *testing.T) func() redis.UniversalClient{
+		"standalone": func(t *testing.T) func() redis.UniversalClient {
+			s := redistest.Standalone(t)
+			return func() redis.UniversalClient { return s.Client(t) }
+		},
+		"cluster": func(t *testing.T) func() redis.UniversalClient {
+			c := redistest.NewCluster(t, 3)
+			return func() redis.UniversalClient { return c.Client(t) }
+		},
+	}
+	for name, start := range servers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			newClient := start(t)
+			for _, a := range suiteAlgorithms {
+				l := a.limit
+				l.Period = 200 * time.Millisecond
+				t.Run(string(l.Algorithm), func(t *testing.T) {
+					t.Parallel()
+					testServerClock(t, newClient(), l)
+				})
+			}
+		})
+	}
+}
+
+func testServerClock(t *testing.T, rdb redis.UniversalClient, l core.Limit) {
+	ctx := context.Background()
+	prefix := uniquePrefix()
+	lim := core.New(rdb, core.WithPrefix(prefix))
+	key := prefix + "{k}:" + string(l.Algorithm)
+
+	drained := drain(t, lim, "k", l)
+	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 || ttl > drained.ResetAfter+time.Millisecond {
+		t.Fatalf("TTL %v, want in (0, ResetAfter %v]", ttl, drained.ResetAfter)
+	}
+	denied := allowN(t, lim, "k", l, 1)
+	if denied.Allowed || denied.RetryAfter <= 0 || denied.RetryAfter > l.Period {
+		t.Fatalf("after drain: %+v, want denied with 0 < RetryAfter <= %v", denied, l.Period)
+	}
+	time.Sleep(denied.RetryAfter)
+	if res := allowN(t, lim, "k", l, 1); !res.Allowed {
+		t.Fatalf("denied after sleeping RetryAfter %v: %+v", denied.RetryAfter, res)
+	}
+
+	// The key expires by itself once the state is back to full.
+	last := allowN(t, lim, "k", l, 0)
+	deadline := time.Now().Add(last.ResetAfter + 2*time.Second)
+	for rdb.Exists(ctx, key).Val() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still exists %v after ResetAfter %v", key, 2*time.Second, last.ResetAfter)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	check(t, "after expiry", allowN(t, lim, "k", l, 1), true, burstOf(l)-1)
+}

@@ -1,0 +1,122 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// embeddedRedis starts an in-process Redis whose clock stands still at t0,
+// so the examples print the same numbers every time. Use a real Redis in
+// production.
+func embeddedRedis() (*redis.Client, func()) {
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	m.SetTime(t0)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	return rdb, func() { rdb.Close(); m.Close() }
+}
+
+func ExampleLimiter_Allow() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	lim := core.New(rdb)
+
+	limit := core.PerMinute(3)
+	for i := 0; i < 4; i++ {
+		res, err := lim.Allow(context.Background(), "user:42", limit)
+		if err != nil {
+			fmt.Println("redis error:", err) // decide: fail open or closed
+			return
+		}
+		fmt.Printf("allowed=%v remaining=%d retry-after=%v\n", res.Allowed, res.Remaining, res.RetryAfter)
+	}
+	// Output:
+	// allowed=true remaining=2 retry-after=0s
+	// allowed=true remaining=1 retry-after=0s
+	// allowed=true remaining=0 retry-after=0s
+	// allowed=false remaining=0 retry-after=20s
+}
+
+func ExampleLimiter_AllowN() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	lim := core.New(rdb)
+	ctx := context.Background()
+
+	// 10 tokens, refilled at 1 per second. A batch of 4 costs 4 tokens.
+	limit := core.Limit{Algorithm: core.TokenBucket, Rate: 1, Period: time.Second, Burst: 10}
+	for _, n := range []int{4, 4, 4, 0, 11} {
+		res, _ := lim.AllowN(ctx, "import-job", limit, n)
+		fmt.Printf("n=%-2d allowed=%-5v remaining=%d retry-after=%v\n", n, res.Allowed, res.Remaining, res.RetryAfter)
+	}
+	// Output:
+	// n=4  allowed=true  remaining=6 retry-after=0s
+	// n=4  allowed=true  remaining=2 retry-after=0s
+	// n=4  allowed=false remaining=2 retry-after=2s
+	// n=0  allowed=true  remaining=2 retry-after=0s
+	// n=11 allowed=false remaining=2 retry-after=2562047h47m16.854775807s
+}
+
+func ExampleParseLimit() {
+	for _, s := range []string{"100/m", "5/10s", "20/s token_bucket burst=40", "0/s", "5/10"} {
+		l, err := core.ParseLimit(s)
+		if err != nil {
+			fmt.Println(err)
+			continue
+		}
+		fmt.Printf("%-28q rate=%d period=%v burst=%d algorithm=%q\n", l.String(), l.Rate, l.Period, l.Burst, l.Algorithm)
+	}
+	// Output:
+	// "100/m"                      rate=100 period=1m0s burst=0 algorithm=""
+	// "5/10s"                      rate=5 period=10s burst=0 algorithm=""
+	// "20/s token_bucket burst=40" rate=20 period=1s burst=40 algorithm="token_bucket"
+	// redlimit: invalid limit: "0/s": rate must be positive, not 0
+	// redlimit: invalid limit: "5/10": period "10" is not a duration with a unit (ms, s, m, h)
+}
+
+func ExampleWithClock() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+
+	// The caller's clock instead of Redis TIME: handy in tests.
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	lim := core.New(rdb, core.WithClock(func() time.Time { return now }))
+	limit := core.Limit{Algorithm: core.FixedWindow, Rate: 2, Period: time.Minute}
+	ctx := context.Background()
+
+	lim.AllowN(ctx, "k", limit, 2)
+	res, _ := lim.Allow(ctx, "k", limit)
+	fmt.Println(res.Allowed, res.RetryAfter)
+
+	now = now.Add(res.RetryAfter) // the window ends
+	res, _ = lim.Allow(ctx, "k", limit)
+	fmt.Println(res.Allowed, res.Remaining)
+	// Output:
+	// false 1m0s
+	// true 1
+}
+
+func ExampleLimiter_Reset() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	lim := core.New(rdb)
+	ctx := context.Background()
+	limit := core.PerHour(1)
+
+	lim.Allow(ctx, "password-reset:alice", limit)
+	// Support unblocks Alice by hand:
+	if err := lim.Reset(ctx, "password-reset:alice", limit); err != nil {
+		fmt.Println(err)
+	}
+	res, _ := lim.Allow(ctx, "password-reset:alice", limit)
+	fmt.Println(res.Allowed)
+	// Output: true
+}

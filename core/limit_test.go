@@ -1,0 +1,177 @@
+package core_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+func TestParseLimit(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want core.Limit
+	}{
+		{"100/m", core.Limit{Rate: 100, Period: time.Minute}},
+		{"5/10s", core.Limit{Rate: 5, Period: 10 * time.Second}},
+		{"3/500ms", core.Limit{Rate: 3, Period: 500 * time.Millisecond}},
+		{"1/h", core.Limit{Rate: 1, Period: time.Hour}},
+		{"20/s", core.Limit{Rate: 20, Period: time.Second}},
+		{"7/1m30s", core.Limit{Rate: 7, Period: 90 * time.Second}},
+		{"7/1.5s", core.Limit{Rate: 7, Period: 1500 * time.Millisecond}},
+		{"  20/s  token_bucket  burst=40 ", core.Limit{Algorithm: core.TokenBucket, Rate: 20, Period: time.Second, Burst: 40}},
+		{"20/s burst=40 gcra", core.Limit{Algorithm: core.GCRA, Rate: 20, Period: time.Second, Burst: 40}},
+		{"60/m fixed_window", core.Limit{Algorithm: core.FixedWindow, Rate: 60, Period: time.Minute}},
+		{"60/m fixed_window burst=60", core.Limit{Algorithm: core.FixedWindow, Rate: 60, Period: time.Minute, Burst: 60}},
+		{"1000000000/h", core.Limit{Rate: core.MaxCount, Period: time.Hour}},
+	}
+	for _, tt := range tests {
+		got, err := core.ParseLimit(tt.in)
+		if err != nil {
+			t.Errorf("ParseLimit(%q): %v", tt.in, err)
+			continue
+		}
+		if got != tt.want {
+			t.Errorf("ParseLimit(%q) = %+v, want %+v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestParseLimitErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in, says string // says: part of the message that explains the problem
+	}{
+		{"", "empty limit"},
+		{"   ", "empty limit"},
+		{"100", "want RATE/PERIOD"},
+		{"0/s", "must be positive"},
+		{"00/s", "must be positive"},
+		{"-1/s", "must be a positive integer"},
+		{"+1/s", "must be a positive integer"},
+		{"1.5/s", "must be a positive integer"},
+		{"abc/s", "must be a positive integer"},
+		{"/s", "must be a positive integer"},
+		{"1000000001/s", "above the maximum"},
+		{"99999999999999999999999/s", "above the maximum"},
+		{"5/", "period is missing"},
+		{"5/10", "not a duration with a unit"},
+		{"5/parsec", "not a duration with a unit"},
+		{"5/-1s", "positive duration"},
+		{"5/0s", "must be positive"},
+		{"5/.5s", "positive duration"},
+		{"5/1us", "at least 1ms"},
+		{"5/9999999999999999h", "not a duration"},
+		{"0-M", "want RATE/PERIOD"},
+		{"5/s/s", "not a duration"},
+		{"5/s lottery", "unknown option \"lottery\""},
+		{"5/s burst=0", "burst must be positive"},
+		{"5/s burst=x", "burst \"x\" must be a positive integer"},
+		{"5/s burst=2 burst=3", "burst given twice"},
+		{"5/s gcra token_bucket", "algorithm given twice"},
+		{"5/s fixed_window burst=6", "burst 6 must be 0 or equal to rate 5"},
+		{"999999937/24h token_bucket", "too large to count exactly"}, // prime rate: no common factor
+	}
+	for _, tt := range tests {
+		_, err := core.ParseLimit(tt.in)
+		if !errors.Is(err, core.ErrInvalidLimit) {
+			t.Errorf("ParseLimit(%q): err %v, want ErrInvalidLimit", tt.in, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.says) {
+			t.Errorf("ParseLimit(%q): %q does not say %q", tt.in, err, tt.says)
+		}
+	}
+}
+
+func TestLimitString(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		l    core.Limit
+		want string
+	}{
+		{core.PerSecond(20), "20/s"},
+		{core.PerMinute(100), "100/m"},
+		{core.PerHour(1), "1/h"},
+		{core.Limit{Rate: 5, Period: 10 * time.Second}, "5/10s"},
+		{core.Limit{Rate: 5, Period: 90 * time.Second}, "5/90s"},
+		{core.Limit{Rate: 3, Period: 500 * time.Millisecond}, "3/500ms"},
+		{core.Limit{Rate: 3, Period: 1500 * time.Microsecond}, "3/1500us"},
+		{core.Limit{Rate: 3, Period: 2 * time.Hour}, "3/2h"},
+		{core.Limit{Algorithm: core.TokenBucket, Rate: 20, Period: time.Second, Burst: 40}, "20/s token_bucket burst=40"},
+		{core.Limit{Algorithm: core.GCRA, Rate: 1, Period: time.Minute}, "1/m gcra"},
+	}
+	for _, tt := range tests {
+		if got := tt.l.String(); got != tt.want {
+			t.Errorf("%+v.String() = %q, want %q", tt.l, got, tt.want)
+		}
+		back, err := core.ParseLimit(tt.l.String())
+		if err != nil || back != tt.l {
+			t.Errorf("ParseLimit(%q) = %+v, %v; want %+v", tt.l.String(), back, err, tt.l)
+		}
+	}
+}
+
+// FuzzParseLimit: ParseLimit never panics, whatever it accepts is valid, and
+// String of it parses back to the same Limit.
+func FuzzParseLimit(f *testing.F) {
+	for _, s := range []string{"100/m", "5/10s", "3/500ms", "1/h", "20/s token_bucket burst=40",
+		"60/m fixed_window", "7/1m30s", "1/1.000001s", "0-M", "5/-s", "1/9223372036s"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := core.ParseLimit(s)
+		if err != nil {
+			if !errors.Is(err, core.ErrInvalidLimit) {
+				t.Fatalf("ParseLimit(%q): error %v does not wrap ErrInvalidLimit", s, err)
+			}
+			return
+		}
+		if err := l.Validate(); err != nil {
+			t.Fatalf("ParseLimit(%q) = %+v, which does not validate: %v", s, l, err)
+		}
+		back, err := core.ParseLimit(l.String())
+		if err != nil || back != l {
+			t.Fatalf("ParseLimit(%q) = %+v; its String %q parses to %+v, %v", s, l, l.String(), back, err)
+		}
+	})
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	valid := []core.Limit{
+		core.PerSecond(1),
+		{Rate: 1, Period: core.MinPeriod},
+		{Algorithm: core.TokenBucket, Rate: 3, Period: time.Second, Burst: 1},
+		{Algorithm: core.FixedWindow, Rate: 3, Period: time.Second, Burst: 3},
+		{Algorithm: core.TokenBucket, Rate: core.MaxCount, Period: time.Hour, Burst: core.MaxCount}, // gcd keeps it exact
+	}
+	for _, l := range valid {
+		if err := l.Validate(); err != nil {
+			t.Errorf("%+v.Validate() = %v, want nil", l, err)
+		}
+	}
+	invalid := []struct {
+		l    core.Limit
+		says string
+	}{
+		{core.Limit{}, "rate 0 must be positive"},
+		{core.Limit{Rate: 1}, "period 0s must be at least 1ms"},
+		{core.Limit{Rate: 1, Period: time.Second + time.Nanosecond}, "whole microseconds"},
+		{core.Limit{Rate: 1, Period: time.Second, Burst: -2}, "burst -2 must not be negative"},
+		{core.Limit{Rate: core.MaxCount + 1, Period: time.Second}, "above the maximum"},
+		{core.Limit{Rate: 1, Period: time.Second, Burst: core.MaxCount + 1}, "above the maximum"},
+		{core.Limit{Algorithm: "leaky", Rate: 1, Period: time.Second}, `unknown algorithm "leaky"`},
+		{core.Limit{Algorithm: core.FixedWindow, Rate: 5, Period: time.Second, Burst: 10}, "must be 0 or equal to rate"},
+		{core.Limit{Rate: 1, Period: 1000 * 24 * time.Hour, Burst: core.MaxCount}, "too large"},
+	}
+	for _, tt := range invalid {
+		err := tt.l.Validate()
+		if !errors.Is(err, core.ErrInvalidLimit) || !strings.Contains(err.Error(), tt.says) {
+			t.Errorf("%+v.Validate() = %v, want ErrInvalidLimit saying %q", tt.l, err, tt.says)
+		}
+	}
+}
