@@ -192,24 +192,38 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (R
 		now = l.clock().UnixMicro()
 	}
 	reply, err := algorithms[alg].script.Run(ctx, l.rdb, []string{rkey},
-		now, limit.Rate, micros(limit.Period), burst, cost).Int64Slice()
+		now, limit.Rate, micros(limit.Period), burst, cost).Slice()
+	if err == nil {
+		err = checkReply(reply)
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("redlimit: %s decision for %q: %w", alg, key, err)
 	}
-	if len(reply) != 4 {
-		return Result{}, fmt.Errorf("redlimit: %s decision for %q: script replied %d values, want 4", alg, key, len(reply))
-	}
 	res := Result{
 		Limit:      limit,
-		Allowed:    reply[0] == 1,
-		Remaining:  int(reply[1]),
-		RetryAfter: time.Duration(reply[2]) * time.Microsecond,
-		ResetAfter: time.Duration(reply[3]) * time.Microsecond,
+		Allowed:    reply[0].(int64) == 1,
+		Remaining:  int(reply[1].(int64)),
+		RetryAfter: time.Duration(reply[2].(int64)) * time.Microsecond,
+		ResetAfter: time.Duration(reply[3].(int64)) * time.Microsecond,
 	}
 	if n > burst {
 		res.Allowed, res.RetryAfter = false, InfDuration
 	}
 	return res, nil
+}
+
+// checkReply makes sure a script replied with four integers, so reading
+// them cannot panic.
+func checkReply(reply []any) error {
+	if len(reply) != 4 {
+		return fmt.Errorf("script replied %d values, want 4", len(reply))
+	}
+	for i, v := range reply {
+		if _, ok := v.(int64); !ok {
+			return fmt.Errorf("script reply %d is %T, want an integer", i, v)
+		}
+	}
+	return nil
 }
 
 // Reset forgets the state of key under limit's algorithm, giving it its full

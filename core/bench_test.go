@@ -1,0 +1,80 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// BenchmarkAllow measures one decision per algorithm on a real redis-server,
+// from parallel goroutines over 1000 keys. Besides time and allocations per
+// op it reports server-us/op: the server's own time per EVALSHA, read from
+// INFO commandstats after CONFIG RESETSTAT.
+func BenchmarkAllow(b *testing.B) {
+	rdb := redistest.Standalone(b).Client(b)
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%d", i)
+	}
+	ctx := context.Background()
+	for _, a := range suiteAlgorithms {
+		l := core.Limit{Algorithm: a.limit.Algorithm, Rate: 100, Period: time.Second}
+		b.Run(string(l.Algorithm), func(b *testing.B) {
+			lim := core.New(rdb)
+			if _, err := lim.Allow(ctx, keys[0], l); err != nil { // loads the script
+				b.Fatal(err)
+			}
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					if _, err := lim.Allow(ctx, keys[i%len(keys)], l); err != nil {
+						b.Error(err)
+						return
+					}
+					i++
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(serverMicrosPerCall(b, rdb, "evalsha"), "server-us/op")
+		})
+	}
+}
+
+// serverMicrosPerCall reads usec_per_call of one command from INFO
+// commandstats.
+func serverMicrosPerCall(b *testing.B, rdb *redis.Client, cmd string) float64 {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for _, field := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return f
+			}
+		}
+	}
+	b.Fatalf("no %s in INFO commandstats", cmd)
+	return 0
+}
