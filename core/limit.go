@@ -23,9 +23,22 @@ const (
 	// the first event after the previous window ended. At most Rate events
 	// per window, so up to 2*Rate can pass around a window edge.
 	FixedWindow Algorithm = "fixed_window"
+	// SlidingWindow counts events in Buckets sub-buckets of Period and
+	// weighs the oldest, partly covered one by its overlap with the window.
+	// No span of Period*(Buckets-1)/Buckets ever admits more than Rate.
+	SlidingWindow Algorithm = "sliding_window"
+	// SlidingLog keeps every admitted event of the last Period in a sorted
+	// set: exact, no span of Period ever admits more than Rate; memory grows
+	// with Rate.
+	SlidingLog Algorithm = "sliding_log"
 	// TokenBucket holds up to Burst tokens, refilled continuously at Rate per
-	// Period; each event takes one token.
+	// Period (or Rate at once every Period with Stepped); each event takes
+	// one token.
 	TokenBucket Algorithm = "token_bucket"
+	// LeakyBucket fills by one per event and drains at Rate per Period; an
+	// event that would overflow Burst is rejected. With Shape, admitted
+	// events are queued: Result.Delay says how long each must wait.
+	LeakyBucket Algorithm = "leaky_bucket"
 	// GCRA (generic cell rate algorithm) spaces events Period/Rate apart and
 	// lets Burst of them arrive at once. It stores one timestamp per key.
 	// It is the default.
@@ -38,6 +51,11 @@ const (
 	// MinPeriod is the shortest Period a Limit may have. Redis key TTLs are
 	// whole milliseconds, so shorter periods could not expire correctly.
 	MinPeriod = time.Millisecond
+	// DefaultBuckets is the SlidingWindow sub-bucket count when Buckets is 0.
+	DefaultBuckets = 10
+	// MaxBuckets bounds Buckets, and so a SlidingWindow key's size and the
+	// script's work.
+	MaxBuckets = 100
 	// exactMax bounds every integer the scripts hold: Lua numbers are
 	// doubles, exact up to 2^53. Half of that leaves room for the clock
 	// (about 2^51 µs since 1970).
@@ -57,9 +75,29 @@ type Limit struct {
 	// whole microseconds.
 	Period time.Duration
 	// Burst is how many events may pass at once (the bucket capacity of
-	// GCRA and TokenBucket); 0 means Rate. Window algorithms allow Rate per
-	// window: Burst must be 0 or equal to Rate for them.
+	// GCRA, TokenBucket and LeakyBucket); 0 means Rate. Window algorithms
+	// allow Rate per window: Burst must be 0 or equal to Rate for them.
 	Burst int
+
+	// Buckets is the number of sub-buckets per Period of a SlidingWindow:
+	// more is closer to exact, and costs more memory (one hash field each)
+	// and script time. 0 means DefaultBuckets; at most MaxBuckets; it must
+	// divide Period (in microseconds) evenly. 1 is the classic estimate
+	// from the current and previous window. Other algorithms: must be 0.
+	Buckets int
+	// Stepped makes a TokenBucket add Rate tokens at once every Period,
+	// counted from the bucket's first use, instead of continuously. Its
+	// state is kept apart from the continuous bucket's. Other algorithms:
+	// must be false.
+	Stepped bool
+	// Shape makes a LeakyBucket queue events instead of only admitting or
+	// rejecting them: an admitted event must wait Result.Delay before it is
+	// served, so served events are Period/Rate apart; the queue holds Burst.
+	// Other algorithms: must be false.
+	Shape bool
+	// MaxDelay, with Shape, rejects events that would wait longer than it.
+	// 0 means the queue's length (Burst) is the only bound.
+	MaxDelay time.Duration
 }
 
 // PerSecond returns a GCRA limit of rate events per second, bursts up to rate.
@@ -109,11 +147,33 @@ func (l Limit) Validate() error {
 	case spec.window && l.Burst != 0 && l.Burst != l.Rate:
 		return fmt.Errorf("%w: %s allows rate events per window; burst %d must be 0 or equal to rate %d",
 			ErrInvalidLimit, l.algorithm(), l.Burst, l.Rate)
+	case l.Buckets != 0 && l.algorithm() != SlidingWindow:
+		return fmt.Errorf("%w: buckets is a %s setting, not %s", ErrInvalidLimit, SlidingWindow, l.algorithm())
+	case l.Buckets < 0 || l.Buckets > MaxBuckets:
+		return fmt.Errorf("%w: buckets %d must be between 1 and %d (0 means %d)", ErrInvalidLimit, l.Buckets, MaxBuckets, DefaultBuckets)
+	case l.algorithm() == SlidingWindow && micros(l.Period)%int64(l.buckets()) != 0:
+		return fmt.Errorf("%w: period %v does not divide into %d buckets of whole microseconds", ErrInvalidLimit, l.Period, l.buckets())
+	case l.Stepped && l.algorithm() != TokenBucket:
+		return fmt.Errorf("%w: stepped is a %s setting, not %s", ErrInvalidLimit, TokenBucket, l.algorithm())
+	case l.Shape && l.algorithm() != LeakyBucket:
+		return fmt.Errorf("%w: shape is a %s setting, not %s", ErrInvalidLimit, LeakyBucket, l.algorithm())
+	case l.MaxDelay != 0 && !l.Shape:
+		return fmt.Errorf("%w: max_delay needs shape (a %s that queues)", ErrInvalidLimit, LeakyBucket)
+	case l.MaxDelay < 0 || l.MaxDelay%time.Microsecond != 0:
+		return fmt.Errorf("%w: max_delay %v must be positive whole microseconds (0 means none)", ErrInvalidLimit, l.MaxDelay)
 	case spec.span(l) > exactMax:
 		return fmt.Errorf("%w: %v is too large to count exactly (burst times period in microseconds, over the rate's common factor, exceeds 2^52)",
 			ErrInvalidLimit, l)
 	}
 	return nil
+}
+
+// buckets returns the effective SlidingWindow sub-bucket count.
+func (l Limit) buckets() int {
+	if l.Buckets == 0 {
+		return DefaultBuckets
+	}
+	return l.Buckets
 }
 
 // String formats the limit in the grammar ParseLimit reads, so that
@@ -130,6 +190,20 @@ func (l Limit) String() string {
 	if l.Burst != 0 {
 		b.WriteString(" burst=")
 		b.WriteString(strconv.Itoa(l.Burst))
+	}
+	if l.Buckets != 0 {
+		b.WriteString(" buckets=")
+		b.WriteString(strconv.Itoa(l.Buckets))
+	}
+	if l.Stepped {
+		b.WriteString(" stepped")
+	}
+	if l.Shape {
+		b.WriteString(" shape")
+	}
+	if l.MaxDelay != 0 {
+		b.WriteString(" max_delay=")
+		b.WriteString(formatPeriod(l.MaxDelay))
 	}
 	return b.String()
 }
@@ -156,15 +230,18 @@ func formatPeriod(d time.Duration) string {
 
 // ParseLimit reads a limit written as
 //
-//	RATE/PERIOD [ALGORITHM] [burst=N]
+//	RATE/PERIOD [ALGORITHM] [burst=N] [buckets=N] [stepped] [shape] [max_delay=DURATION]
 //
 // RATE is a positive decimal integer. PERIOD is a duration in Go's syntax
 // (time.ParseDuration: "10s", "500ms", "1m30s", "2h") whose count may be
 // left out when it is 1 ("s", "m", "h"). ALGORITHM is one of the Algorithm
-// names ("gcra", "token_bucket", "fixed_window"); without it the limit is
-// GCRA. Fields are separated by spaces; the options may come in any order.
+// names ("gcra", "token_bucket", "leaky_bucket", "fixed_window",
+// "sliding_window", "sliding_log"); without it the limit is GCRA. The other
+// options set the Limit fields of the same names. Fields are separated by
+// spaces; options may come in any order, each at most once.
 //
-// Examples: "100/m", "5/10s", "3/500ms", "1/h", "20/s token_bucket burst=40".
+// Examples: "100/m", "5/10s", "3/500ms", "1/h", "20/s token_bucket burst=40",
+// "100/m sliding_window buckets=6", "2/s leaky_bucket burst=10 shape max_delay=3s".
 //
 // The result is validated: errors wrap ErrInvalidLimit and name the part of
 // s that is wrong.
@@ -189,23 +266,35 @@ func ParseLimit(s string) (Limit, error) {
 	if l.Period, err = parsePeriod(period); err != nil {
 		return bad("period %v", err)
 	}
+	seen := make(map[string]bool, len(fields)-1)
 	for _, f := range fields[1:] {
-		if v, ok := strings.CutPrefix(f, "burst="); ok {
-			if l.Burst != 0 {
-				return bad("burst given twice")
-			}
-			if l.Burst, err = parseCount(v); err != nil {
-				return bad("burst %v", err)
-			}
-			continue
+		name, value, hasValue := strings.Cut(f, "=")
+		if _, known := algorithms[Algorithm(f)]; known {
+			name = "algorithm"
 		}
-		if _, known := algorithms[Algorithm(f)]; !known {
-			return bad("unknown option %q (want an algorithm: %s; or burst=N)", f, algorithmNames())
+		if seen[name] {
+			return bad("%s given twice", name)
 		}
-		if l.Algorithm != "" {
-			return bad("algorithm given twice")
+		seen[name] = true
+		switch {
+		case name == "algorithm":
+			l.Algorithm = Algorithm(f)
+		case name == "burst" && hasValue:
+			l.Burst, err = parseCount(value)
+		case name == "buckets" && hasValue:
+			l.Buckets, err = parseCount(value)
+		case name == "max_delay" && hasValue:
+			l.MaxDelay, err = parsePeriod(value)
+		case f == "stepped":
+			l.Stepped = true
+		case f == "shape":
+			l.Shape = true
+		default:
+			return bad("unknown option %q (want an algorithm: %s; or burst=N, buckets=N, stepped, shape, max_delay=DURATION)", f, algorithmNames())
 		}
-		l.Algorithm = Algorithm(f)
+		if err != nil {
+			return bad("%s %v", name, err)
+		}
 	}
 	if err := l.Validate(); err != nil {
 		return Limit{}, fmt.Errorf("%q: %w", s, err)

@@ -27,6 +27,13 @@ func TestParseLimit(t *testing.T) {
 		{"60/m fixed_window", core.Limit{Algorithm: core.FixedWindow, Rate: 60, Period: time.Minute}},
 		{"60/m fixed_window burst=60", core.Limit{Algorithm: core.FixedWindow, Rate: 60, Period: time.Minute, Burst: 60}},
 		{"1000000000/h", core.Limit{Rate: core.MaxCount, Period: time.Hour}},
+		{"100/m sliding_window", core.Limit{Algorithm: core.SlidingWindow, Rate: 100, Period: time.Minute}},
+		{"100/m sliding_window buckets=6", core.Limit{Algorithm: core.SlidingWindow, Rate: 100, Period: time.Minute, Buckets: 6}},
+		{"100/m sliding_log", core.Limit{Algorithm: core.SlidingLog, Rate: 100, Period: time.Minute}},
+		{"10/m token_bucket stepped burst=15", core.Limit{Algorithm: core.TokenBucket, Rate: 10, Period: time.Minute, Burst: 15, Stepped: true}},
+		{"2/s leaky_bucket", core.Limit{Algorithm: core.LeakyBucket, Rate: 2, Period: time.Second}},
+		{"2/s leaky_bucket burst=10 shape max_delay=3s", core.Limit{Algorithm: core.LeakyBucket, Rate: 2, Period: time.Second, Burst: 10, Shape: true, MaxDelay: 3 * time.Second}},
+		{"2/s shape leaky_bucket max_delay=1500ms", core.Limit{Algorithm: core.LeakyBucket, Rate: 2, Period: time.Second, Shape: true, MaxDelay: 1500 * time.Millisecond}},
 	}
 	for _, tt := range tests {
 		got, err := core.ParseLimit(tt.in)
@@ -74,6 +81,22 @@ func TestParseLimitErrors(t *testing.T) {
 		{"5/s gcra token_bucket", "algorithm given twice"},
 		{"5/s fixed_window burst=6", "burst 6 must be 0 or equal to rate 5"},
 		{"999999937/24h token_bucket", "too large to count exactly"}, // prime rate: no common factor
+		{"5/s buckets=4", "buckets is a sliding_window setting, not gcra"},
+		{"5/s sliding_window buckets=0", "buckets must be positive"},
+		{"5/s sliding_window buckets=101", "buckets 101 must be between 1 and 100"},
+		{"5/s sliding_window buckets=7", "does not divide into 7 buckets"},
+		{"5/s sliding_window buckets=2 buckets=2", "buckets given twice"},
+		{"5/s stepped", "stepped is a token_bucket setting, not gcra"},
+		{"5/s leaky_bucket stepped", "stepped is a token_bucket setting, not leaky_bucket"},
+		{"5/s token_bucket shape", "shape is a leaky_bucket setting, not token_bucket"},
+		{"5/s leaky_bucket max_delay=1s", "max_delay needs shape"},
+		{"5/s leaky_bucket shape max_delay=", "max_delay is missing"},
+		{"5/s leaky_bucket shape max_delay=-1s", "positive duration"},
+		{"5/s leaky_bucket shape max_delay=1ns", "whole microseconds"},
+		{"5/s shape shape leaky_bucket", "shape given twice"},
+		{"5/s burst", "unknown option \"burst\""},
+		{"5/s stepped=1", "unknown option \"stepped=1\""},
+		{"1/m sliding_log burst=2", "burst 2 must be 0 or equal to rate 1"},
 	}
 	for _, tt := range tests {
 		_, err := core.ParseLimit(tt.in)
@@ -103,6 +126,9 @@ func TestLimitString(t *testing.T) {
 		{core.Limit{Rate: 3, Period: 2 * time.Hour}, "3/2h"},
 		{core.Limit{Algorithm: core.TokenBucket, Rate: 20, Period: time.Second, Burst: 40}, "20/s token_bucket burst=40"},
 		{core.Limit{Algorithm: core.GCRA, Rate: 1, Period: time.Minute}, "1/m gcra"},
+		{core.Limit{Algorithm: core.SlidingWindow, Rate: 60, Period: time.Minute, Buckets: 12}, "60/m sliding_window buckets=12"},
+		{core.Limit{Algorithm: core.TokenBucket, Rate: 10, Period: time.Minute, Burst: 15, Stepped: true}, "10/m token_bucket burst=15 stepped"},
+		{core.Limit{Algorithm: core.LeakyBucket, Rate: 2, Period: time.Second, Shape: true, MaxDelay: 2500 * time.Millisecond}, "2/s leaky_bucket shape max_delay=2500ms"},
 	}
 	for _, tt := range tests {
 		if got := tt.l.String(); got != tt.want {
@@ -119,7 +145,8 @@ func TestLimitString(t *testing.T) {
 // String of it parses back to the same Limit.
 func FuzzParseLimit(f *testing.F) {
 	for _, s := range []string{"100/m", "5/10s", "3/500ms", "1/h", "20/s token_bucket burst=40",
-		"60/m fixed_window", "7/1m30s", "1/1.000001s", "0-M", "5/-s", "1/9223372036s"} {
+		"60/m fixed_window", "7/1m30s", "1/1.000001s", "0-M", "5/-s", "1/9223372036s",
+		"100/m sliding_window buckets=6", "10/m token_bucket stepped", "2/s leaky_bucket shape max_delay=3s"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

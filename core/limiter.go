@@ -35,7 +35,9 @@ const InfDuration = time.Duration(math.MaxInt64)
 
 // algorithmSpec is what the Limiter knows of one algorithm.
 type algorithmSpec struct {
-	script *redis.Script
+	plain variant
+	// stepped is the TokenBucket's stepped-refill variant; zero elsewhere.
+	stepped variant
 	// window: the allowance is Rate per Period, and Burst must equal Rate.
 	window bool
 	// span returns the largest integer the script will hold for l, beyond
@@ -44,26 +46,67 @@ type algorithmSpec struct {
 	span func(l Limit) float64
 }
 
+// variant is one script and the key suffix (after "}:") its state lives
+// under. Variants whose state means different things never share a key.
+type variant struct {
+	script *redis.Script
+	suffix string
+}
+
+func newVariant(src, suffix string) variant {
+	return variant{redis.NewScript(src), suffix}
+}
+
 var algorithms = map[Algorithm]algorithmSpec{
 	GCRA: {
-		script: redis.NewScript(lua.GCRA),
+		plain: newVariant(lua.GCRA, string(GCRA)),
 		span: func(l Limit) float64 {
 			interval := (micros(l.Period) + int64(l.Rate) - 1) / int64(l.Rate)
 			return float64(l.burst()) * float64(interval)
 		},
 	},
 	TokenBucket: {
-		script: redis.NewScript(lua.TokenBucket),
-		span: func(l Limit) float64 {
-			p := micros(l.Period)
-			return float64(l.burst()) * float64(p/gcd(p, int64(l.Rate)))
-		},
+		plain:   newVariant(lua.TokenBucket, string(TokenBucket)),
+		stepped: newVariant(lua.TokenBucketStepped, string(TokenBucket)+":stepped"),
+		span:    unitSpan,
+	},
+	LeakyBucket: {
+		plain: newVariant(lua.LeakyBucket, string(LeakyBucket)),
+		span:  unitSpan,
 	},
 	FixedWindow: {
-		script: redis.NewScript(lua.FixedWindow),
+		plain:  newVariant(lua.FixedWindow, string(FixedWindow)),
 		window: true,
 		span:   func(l Limit) float64 { return float64(micros(l.Period)) },
 	},
+	SlidingWindow: {
+		plain:  newVariant(lua.SlidingWindow, string(SlidingWindow)),
+		window: true,
+		span: func(l Limit) float64 { // rate times the sub-bucket size
+			return float64(l.Rate) * float64(micros(l.Period)/int64(l.buckets()))
+		},
+	},
+	SlidingLog: {
+		plain:  newVariant(lua.SlidingLog, string(SlidingLog)),
+		window: true,
+		span:   func(l Limit) float64 { return float64(micros(l.Period)) },
+	},
+}
+
+// unitSpan bounds the bucket scripts' credit or level: burst events of
+// period/gcd(period, rate) units each.
+func unitSpan(l Limit) float64 {
+	p := micros(l.Period)
+	return float64(l.burst()) * float64(p/gcd(p, int64(l.Rate)))
+}
+
+// variant picks the script and key suffix for l, which must be valid.
+func (l Limit) variant() variant {
+	spec := algorithms[l.algorithm()]
+	if l.Stepped {
+		return spec.stepped
+	}
+	return spec.plain
 }
 
 var delScript = redis.NewScript(lua.Del)
@@ -102,6 +145,11 @@ type Result struct {
 	// ResetAfter is the time until the key is back to its full allowance,
 	// absent other traffic; 0 when it is full now.
 	ResetAfter time.Duration
+	// Delay is how long an allowed event must wait before it is served: the
+	// place in the queue of a LeakyBucket with Shape. It is 0 for every
+	// other limit, for denied events and for n = 0. Callers that shape
+	// should sleep Delay (watching their context) before serving.
+	Delay time.Duration
 }
 
 // Limiter makes rate-limit decisions, each one atomic Lua script run on
@@ -117,9 +165,10 @@ type Result struct {
 // lands in one Redis Cluster slot. The key's Rate, Period and Burst are not
 // part of the name: a limit may change at run time and keep its state.
 type Limiter struct {
-	rdb    redis.Scripter
-	prefix string
-	clock  func() time.Time
+	rdb      redis.Scripter
+	prefix   string
+	instance string // ":" + the instance id, or ""
+	clock    func() time.Time
 }
 
 // Option configures a Limiter in New.
@@ -139,6 +188,22 @@ func WithPrefix(prefix string) Option {
 // default, one key always sees one clock. nil restores the default.
 func WithClock(now func() time.Time) Option {
 	return func(l *Limiter) { l.clock = now }
+}
+
+// WithInstance scopes every key of the Limiter to one app instance: its
+// limits then apply per instance instead of being shared by all instances
+// using the Redis. Keys become <prefix>{<key>}:<algorithm>:<id>, so the
+// state of one identity still lives in one Cluster slot. The default, "",
+// shares limits between all instances. Use a stable id (a hostname, a pod
+// name) so that a restarted instance finds its state. For both kinds of
+// limit, make two Limiters; they may share one client.
+func WithInstance(id string) Option {
+	return func(l *Limiter) {
+		l.instance = ""
+		if id != "" {
+			l.instance = ":" + id
+		}
+	}
 }
 
 // New returns a Limiter that runs its scripts on rdb: a *redis.Client,
@@ -182,8 +247,8 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (R
 	if n > burst {
 		cost = 0 // report the state; the answer is no
 	}
-	alg := limit.algorithm()
-	rkey, err := l.key(key, alg)
+	v := limit.variant()
+	rkey, err := l.key(key, v)
 	if err != nil {
 		return Result{}, err
 	}
@@ -191,13 +256,20 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (R
 	if l.clock != nil {
 		now = l.clock().UnixMicro()
 	}
-	reply, err := algorithms[alg].script.Run(ctx, l.rdb, []string{rkey},
-		now, limit.Rate, micros(limit.Period), burst, cost).Slice()
+	var buckets, shape int
+	if limit.algorithm() == SlidingWindow {
+		buckets = limit.buckets()
+	}
+	if limit.Shape {
+		shape = 1
+	}
+	reply, err := v.script.Run(ctx, l.rdb, []string{rkey}, now, limit.Rate, micros(limit.Period),
+		burst, cost, buckets, shape, micros(limit.MaxDelay)).Slice()
 	if err == nil {
 		err = checkReply(reply)
 	}
 	if err != nil {
-		return Result{}, fmt.Errorf("redlimit: %s decision for %q: %w", alg, key, err)
+		return Result{}, fmt.Errorf("redlimit: %s decision for %q: %w", v.suffix, key, err)
 	}
 	res := Result{
 		Limit:      limit,
@@ -205,6 +277,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (R
 		Remaining:  int(reply[1].(int64)),
 		RetryAfter: time.Duration(reply[2].(int64)) * time.Microsecond,
 		ResetAfter: time.Duration(reply[3].(int64)) * time.Microsecond,
+		Delay:      time.Duration(reply[4].(int64)) * time.Microsecond,
 	}
 	if n > burst {
 		res.Allowed, res.RetryAfter = false, InfDuration
@@ -212,11 +285,11 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (R
 	return res, nil
 }
 
-// checkReply makes sure a script replied with four integers, so reading
+// checkReply makes sure a script replied with five integers, so reading
 // them cannot panic.
 func checkReply(reply []any) error {
-	if len(reply) != 4 {
-		return fmt.Errorf("script replied %d values, want 4", len(reply))
+	if len(reply) != 5 {
+		return fmt.Errorf("script replied %d values, want 5", len(reply))
 	}
 	for i, v := range reply {
 		if _, ok := v.(int64); !ok {
@@ -226,27 +299,28 @@ func checkReply(reply []any) error {
 	return nil
 }
 
-// Reset forgets the state of key under limit's algorithm, giving it its full
-// allowance back. Other algorithms' state for the same key is untouched.
+// Reset forgets the state of key under limit's algorithm (and variant:
+// stepped or not), giving it its full allowance back. Other algorithms'
+// state for the same key is untouched.
 func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
 	if err := limit.Validate(); err != nil {
 		return err
 	}
-	alg := limit.algorithm()
-	rkey, err := l.key(key, alg)
+	v := limit.variant()
+	rkey, err := l.key(key, v)
 	if err != nil {
 		return err
 	}
 	if err := delScript.Run(ctx, l.rdb, []string{rkey}).Err(); err != nil {
-		return fmt.Errorf("redlimit: reset %s state of %q: %w", alg, key, err)
+		return fmt.Errorf("redlimit: reset %s state of %q: %w", v.suffix, key, err)
 	}
 	return nil
 }
 
-// key returns the Redis key of id under alg: <prefix>{<id>}:<alg>. Inside
-// the braces, '%' and '}' are escaped (%25, %7D) so the hash tag is always
-// the whole id and distinct ids never share a key.
-func (l *Limiter) key(id string, alg Algorithm) (string, error) {
+// key returns the Redis key of id under v: <prefix>{<id>}:<suffix>[:<instance>].
+// Inside the braces, '%' and '}' are escaped (%25, %7D) so the hash tag is
+// always the whole id and distinct ids never share a key.
+func (l *Limiter) key(id string, v variant) (string, error) {
 	if l.rdb == nil {
 		return "", errors.New("redlimit: Limiter is not initialised; create it with core.New")
 	}
@@ -259,7 +333,7 @@ func (l *Limiter) key(id string, alg Algorithm) (string, error) {
 	if strings.ContainsAny(id, "%}") {
 		id = keyEscaper.Replace(id)
 	}
-	return l.prefix + "{" + id + "}:" + string(alg), nil
+	return l.prefix + "{" + id + "}:" + v.suffix + l.instance, nil
 }
 
 var keyEscaper = strings.NewReplacer("%", "%25", "}", "%7D")

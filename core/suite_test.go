@@ -23,18 +23,25 @@ import (
 
 // suiteAlgorithm is what the suite needs to know of one algorithm.
 type suiteAlgorithm struct {
+	name string
 	// limit is the limit most cases use: hour-scale, so real Redis TTLs
 	// never expire state while a fake clock stands still.
 	limit core.Limit
 	// refilled is how many single events pass a time d after the key was
-	// drained in one go, for d shorter than limit's ResetAfter.
+	// drained in one go at a multiple of the period since t0, for d shorter
+	// than the limit's ResetAfter.
 	refilled func(l core.Limit, d time.Duration) int
 }
 
 var suiteAlgorithms = []suiteAlgorithm{
-	{core.Limit{Algorithm: core.GCRA, Rate: 10, Period: time.Hour, Burst: 15}, continuousRefill},
-	{core.Limit{Algorithm: core.TokenBucket, Rate: 10, Period: time.Hour, Burst: 15}, continuousRefill},
-	{core.Limit{Algorithm: core.FixedWindow, Rate: 10, Period: time.Hour}, windowRefill},
+	{"gcra", core.Limit{Algorithm: core.GCRA, Rate: 10, Period: time.Hour, Burst: 15}, continuousRefill},
+	{"token_bucket", core.Limit{Algorithm: core.TokenBucket, Rate: 10, Period: time.Hour, Burst: 15}, continuousRefill},
+	{"token_bucket_stepped", core.Limit{Algorithm: core.TokenBucket, Rate: 10, Period: time.Hour, Burst: 15, Stepped: true}, steppedRefill},
+	{"leaky_bucket", core.Limit{Algorithm: core.LeakyBucket, Rate: 10, Period: time.Hour, Burst: 15}, continuousRefill},
+	{"leaky_bucket_shape", core.Limit{Algorithm: core.LeakyBucket, Rate: 10, Period: time.Hour, Burst: 15, Shape: true}, continuousRefill},
+	{"fixed_window", core.Limit{Algorithm: core.FixedWindow, Rate: 10, Period: time.Hour}, windowRefill},
+	{"sliding_window", core.Limit{Algorithm: core.SlidingWindow, Rate: 10, Period: time.Hour}, slidingRefill},
+	{"sliding_log", core.Limit{Algorithm: core.SlidingLog, Rate: 10, Period: time.Hour}, windowRefill},
 }
 
 // continuousRefill: one event back every Period/Rate, up to the burst.
@@ -48,6 +55,28 @@ func windowRefill(l core.Limit, d time.Duration) int {
 		return l.Rate
 	}
 	return 0
+}
+
+// steppedRefill: Rate tokens at once at each full Period, up to the burst.
+func steppedRefill(l core.Limit, d time.Duration) int {
+	return min(burstOf(l), int(d/l.Period)*l.Rate)
+}
+
+// slidingRefill: the drained sub-bucket counts whole for a period, then
+// its weight falls over one sub-bucket.
+func slidingRefill(l core.Limit, d time.Duration) int {
+	size := l.Period / time.Duration(buckets(l))
+	if d < l.Period {
+		return 0
+	}
+	return min(l.Rate, int(time.Duration(l.Rate)*(d-l.Period)/size))
+}
+
+func buckets(l core.Limit) int {
+	if l.Buckets == 0 {
+		return core.DefaultBuckets
+	}
+	return l.Buckets
 }
 
 func burstOf(l core.Limit) int {
@@ -74,9 +103,14 @@ func (w *world) limiter() *core.Limiter {
 	return core.New(w.newClient(), w.opts...)
 }
 
-// redisKey is the documented layout <prefix>{<key>}:<algorithm>.
-func (w *world) redisKey(id string, alg core.Algorithm) string {
-	return w.prefix + "{" + id + "}:" + string(alg)
+// stateKey is the documented layout <prefix>{<key>}:<algorithm>, with
+// ":stepped" for a stepped token bucket.
+func stateKey(prefix, id string, l core.Limit) string {
+	key := prefix + "{" + id + "}:" + string(l.Algorithm)
+	if l.Stepped {
+		key += ":stepped"
+	}
+	return key
 }
 
 func (w *world) flushScripts() {
@@ -191,6 +225,7 @@ var suiteCases = []struct {
 	{"ScriptFlush", testScriptFlush},
 	{"Reset", testReset},
 	{"KeysStayApart", testKeysStayApart},
+	{"LimitChange", testLimitChange},
 	{"ConcurrentExact", testConcurrentExact},
 }
 
@@ -201,7 +236,7 @@ func TestBehaviour(t *testing.T) {
 			t.Parallel()
 			newWorld := b.start(t)
 			for _, a := range suiteAlgorithms {
-				t.Run(string(a.limit.Algorithm), func(t *testing.T) {
+				t.Run(a.name, func(t *testing.T) {
 					t.Parallel()
 					for _, c := range suiteCases {
 						t.Run(c.name, func(t *testing.T) {
@@ -237,6 +272,9 @@ func check(t *testing.T, what string, res core.Result, allowed bool, remaining i
 	}
 	if !res.Allowed && res.RetryAfter <= 0 {
 		t.Fatalf("%s: denied with RetryAfter %v, want > 0", what, res.RetryAfter)
+	}
+	if res.Delay != 0 && (!res.Allowed || !res.Limit.Shape) {
+		t.Fatalf("%s: Delay %v, want 0 unless a shaping limit admits (result %+v)", what, res.Delay, res)
 	}
 }
 
@@ -287,10 +325,18 @@ func testRetryAfterPromise(t *testing.T, w *world, a suiteAlgorithm) {
 func testRefill(t *testing.T, w *world, a suiteAlgorithm) {
 	lim, l := w.limiter(), a.limit
 	step := l.Period / time.Duration(l.Rate)
+	var elapsed time.Duration
 	for i, d := range []time.Duration{step / 2, step, 5*step/2 + 1, 7 * step, l.Period - time.Microsecond} {
+		// Drain at a multiple of the period since t0: the start of a
+		// sub-bucket, for the sliding window.
+		if off := elapsed % l.Period; off != 0 {
+			w.advance(l.Period - off)
+			elapsed += l.Period - off
+		}
 		key := fmt.Sprintf("refill%d", i)
 		drain(t, lim, key, l)
 		w.advance(d)
+		elapsed += d
 		want := a.refilled(l, d)
 		if got := allowN(t, lim, key, l, 0); got.Remaining != want {
 			t.Fatalf("%v after draining: Remaining %d, want %d", d, got.Remaining, want)
@@ -323,7 +369,7 @@ func testResetAfter(t *testing.T, w *world, a suiteAlgorithm) {
 func testTTL(t *testing.T, w *world, a suiteAlgorithm) {
 	ctx := context.Background()
 	lim, l := w.limiter(), a.limit
-	key := w.redisKey("k", l.Algorithm)
+	key := stateKey(w.prefix, "k", l)
 
 	// Reporting the state of an unknown key writes nothing.
 	allowN(t, lim, "k", l, 0)
@@ -369,7 +415,7 @@ func testCostAboveBurst(t *testing.T, w *world, a suiteAlgorithm) {
 			t.Fatalf("cost %d above burst %d: got %+v, want denied, RetryAfter InfDuration, Remaining %d", b+1, b, res, b)
 		}
 	}
-	if n := w.admin.Exists(context.Background(), w.redisKey("k", l.Algorithm)).Val(); n != 0 {
+	if n := w.admin.Exists(context.Background(), stateKey(w.prefix, "k", l)).Val(); n != 0 {
 		t.Fatal("a cost above the burst wrote state")
 	}
 	check(t, "whole burst afterwards", allowN(t, lim, "k", l, b), true, 0)
@@ -470,6 +516,24 @@ func testKeysStayApart(t *testing.T, w *world, a suiteAlgorithm) {
 	// Another prefix is another namespace.
 	other := core.New(w.newClient(), append(w.opts, core.WithPrefix(w.prefix+"other:"))...)
 	check(t, "other prefix", allowN(t, other, "a}b", l, 1), true, b-1)
+}
+
+// testLimitChange: Rate, Period and Burst are not part of the key, so a
+// limit changed at run time keeps the state: what the drain used under the
+// old limit is still used under a doubled one.
+func testLimitChange(t *testing.T, w *world, a suiteAlgorithm) {
+	lim, l := w.limiter(), a.limit
+	drain(t, lim, "k", l)
+	bigger := l
+	bigger.Rate *= 2
+	if bigger.Burst != 0 {
+		bigger.Burst *= 2
+	}
+	res := allowN(t, lim, "k", bigger, 0)
+	if limit := burstOf(bigger) - burstOf(l); res.Remaining > limit {
+		t.Fatalf("after draining %v, %v has Remaining %d, want at most %d: the state was lost",
+			l, bigger, res.Remaining, limit)
+	}
 }
 
 // testConcurrentExact: several app instances, each with its own client and

@@ -3,7 +3,7 @@
 --
 -- KEYS[1] hash {w = window start in microseconds, n = events counted}.
 -- ARGV    as in the prelude; burst is the allowance per window (= rate).
--- Reply   {allowed, remaining, retry_after_us, reset_after_us}
+-- Reply   {allowed, remaining, retry_after_us, reset_after_us, 0}
 local state = redis.call('HMGET', KEYS[1], 'w', 'n')
 local start, count = tonumber(state[1]), tonumber(state[2])
 local fresh = not start or now >= start + period
@@ -11,7 +11,7 @@ if fresh then start, count = now, 0 end
 
 local left = start + period - now -- until this window ends
 if count + cost > burst then
-  return {0, burst - count, left, left}
+  return {0, burst - count, left, left, 0}
 end
 count = count + cost
 if cost > 0 then
@@ -19,4 +19,4 @@ if cost > 0 then
   if fresh then redis.call('PEXPIRE', KEYS[1], ms(left)) end
 end
 if count == 0 then left = 0 end
-return {1, burst - count, 0, left}
+return {1, burst - count, 0, left, 0}

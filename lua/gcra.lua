@@ -4,7 +4,7 @@
 --         the next event at the sustained rate. A key at or before now is
 --         the same as no key: the full burst is available.
 -- ARGV    as in the prelude; no knobs.
--- Reply   {allowed, remaining, retry_after_us, reset_after_us}
+-- Reply   {allowed, remaining, retry_after_us, reset_after_us, 0}
 --
 -- Events are spaced `interval` apart; the TAT may run ahead of now by at
 -- most burst * interval. The interval is rounded up to whole microseconds.
@@ -17,9 +17,9 @@ local new_tat = tat + cost * interval
 local allow_at = new_tat - span
 if now < allow_at then
   -- denied: nothing is written
-  return {0, math.max(0, math.floor((now + span - tat) / interval)), allow_at - now, tat - now}
+  return {0, math.max(0, math.floor((now + span - tat) / interval)), allow_at - now, tat - now, 0}
 end
 if cost > 0 then
   redis.call('SET', KEYS[1], new_tat, 'PX', ms(new_tat - now))
 end
-return {1, math.floor((now + span - new_tat) / interval), 0, new_tat - now}
+return {1, math.floor((now + span - new_tat) / interval), 0, new_tat - now, 0}

@@ -11,26 +11,37 @@ import _ "embed"
 //go:embed prelude.lua
 var prelude string
 
-//go:embed gcra.lua
-var gcra string
-
-//go:embed token_bucket.lua
-var tokenBucket string
-
-//go:embed fixed_window.lua
-var fixedWindow string
-
-//go:embed del.lua
-var del string
+var (
+	//go:embed gcra.lua
+	gcra string
+	//go:embed token_bucket.lua
+	tokenBucket string
+	//go:embed token_bucket_stepped.lua
+	tokenBucketStepped string
+	//go:embed fixed_window.lua
+	fixedWindow string
+	//go:embed sliding_window.lua
+	slidingWindow string
+	//go:embed sliding_log.lua
+	slidingLog string
+	//go:embed leaky_bucket.lua
+	leakyBucket string
+)
 
 // Decision scripts, one per algorithm: KEYS and ARGV as documented at the
 // top of prelude.lua and of each algorithm's file.
 var (
-	GCRA        = prelude + gcra
-	TokenBucket = prelude + tokenBucket
-	FixedWindow = prelude + fixedWindow
+	GCRA               = prelude + gcra
+	TokenBucket        = prelude + tokenBucket
+	TokenBucketStepped = prelude + tokenBucketStepped
+	FixedWindow        = prelude + fixedWindow
+	SlidingWindow      = prelude + slidingWindow
+	SlidingLog         = prelude + slidingLog
+	LeakyBucket        = prelude + leakyBucket
 )
 
 // Del deletes every key passed in KEYS and replies with how many existed.
 // It exists because redis.Scripter offers scripts but no DEL.
-var Del = del
+//
+//go:embed del.lua
+var Del string

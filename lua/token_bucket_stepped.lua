@@ -1,0 +1,33 @@
+-- Token bucket, stepped refill: `rate` tokens are added at once every
+-- `period`, counted from the bucket's first use; it holds at most burst.
+--
+-- KEYS[1] hash {n = tokens, t = µs of the last refill step}. No key means
+--         a full bucket whose steps start now.
+-- ARGV    as in the prelude; no knobs.
+-- Reply   {allowed, remaining, retry_after_us, reset_after_us, 0}
+local state = redis.call('HMGET', KEYS[1], 'n', 't')
+local tokens, step = tonumber(state[1]), tonumber(state[2])
+if not tokens then
+  tokens, step = burst, now
+elseif now >= step + period then
+  local steps = math.floor((now - step) / period)
+  tokens = tokens + steps * rate
+  step = step + steps * period
+end
+tokens = math.min(burst, tokens)
+
+-- wait returns the µs until the bucket holds `want` tokens.
+local function wait(want)
+  if tokens >= want then return 0 end
+  return step + ceil_div(want - tokens, rate) * period - now
+end
+
+if tokens < cost then
+  return {0, tokens, wait(cost), wait(burst), 0}
+end
+tokens = tokens - cost
+if cost > 0 then
+  redis.call('HSET', KEYS[1], 'n', tokens, 't', step)
+  redis.call('PEXPIRE', KEYS[1], ms(wait(burst)))
+end
+return {1, tokens, 0, wait(burst), 0}
