@@ -17,7 +17,8 @@ import (
 // BenchmarkAllow measures one decision per algorithm on a real redis-server,
 // from parallel goroutines over 1000 keys. Besides time and allocations per
 // op it reports server-us/op: the server's own time per EVALSHA, read from
-// INFO commandstats after CONFIG RESETSTAT.
+// INFO commandstats after CONFIG RESETSTAT; and key-bytes: MEMORY USAGE of
+// one key after a period of traffic at the full rate.
 func BenchmarkAllow(b *testing.B) {
 	rdb := redistest.Standalone(b).Client(b)
 	keys := make([]string, 1000)
@@ -26,8 +27,9 @@ func BenchmarkAllow(b *testing.B) {
 	}
 	ctx := context.Background()
 	for _, a := range suiteAlgorithms {
-		l := core.Limit{Algorithm: a.limit.Algorithm, Rate: 100, Period: time.Second}
-		b.Run(string(l.Algorithm), func(b *testing.B) {
+		l := a.limit
+		l.Rate, l.Period, l.Burst = 100, time.Second, 0
+		b.Run(a.name, func(b *testing.B) {
 			lim := core.New(rdb)
 			if _, err := lim.Allow(ctx, keys[0], l); err != nil { // loads the script
 				b.Fatal(err)
@@ -49,8 +51,29 @@ func BenchmarkAllow(b *testing.B) {
 			})
 			b.StopTimer()
 			b.ReportMetric(serverMicrosPerCall(b, rdb, "evalsha"), "server-us/op")
+			b.ReportMetric(keyBytes(b, rdb, l), "key-bytes")
 		})
 	}
+}
+
+// keyBytes runs one period of traffic at l's full rate through a fresh key,
+// evenly spaced on a simulated clock, and returns MEMORY USAGE of its state.
+func keyBytes(b *testing.B, rdb *redis.Client, l core.Limit) float64 {
+	ctx := context.Background()
+	prefix := uniquePrefix()
+	clock := &fakeClock{now: time.Now()}
+	lim := core.New(rdb, core.WithPrefix(prefix), core.WithClock(clock.Now))
+	for i := 0; i < l.Rate; i++ {
+		if res, err := lim.Allow(ctx, "k", l); err != nil || !res.Allowed {
+			b.Fatalf("event %d of a period at the full rate: %+v, %v", i, res, err)
+		}
+		clock.Advance(l.Period / time.Duration(l.Rate))
+	}
+	n, err := rdb.MemoryUsage(ctx, stateKey(prefix, "k", l), 0).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return float64(n)
 }
 
 // serverMicrosPerCall reads usec_per_call of one command from INFO

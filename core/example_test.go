@@ -120,3 +120,57 @@ func ExampleLimiter_Reset() {
 	fmt.Println(res.Allowed)
 	// Output: true
 }
+
+// A shaping leaky bucket queues requests instead of rejecting them at
+// once: Delay is each request's wait before it is served.
+func ExampleLimit_shaping() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	lim := core.New(rdb)
+
+	// Serve 2 per second; queue up to 5; never make anyone wait over 1.5s.
+	limit, _ := core.ParseLimit("2/s leaky_bucket burst=5 shape max_delay=1500ms")
+	for i := 0; i < 6; i++ {
+		res, _ := lim.Allow(context.Background(), "sms-gateway", limit)
+		if res.Allowed {
+			fmt.Printf("request %d: serve after %v\n", i, res.Delay)
+			// time.Sleep(res.Delay), or a timer that respects the context
+		} else {
+			fmt.Printf("request %d: rejected, retry after %v\n", i, res.RetryAfter)
+		}
+	}
+	// Output:
+	// request 0: serve after 0s
+	// request 1: serve after 500ms
+	// request 2: serve after 1s
+	// request 3: serve after 1.5s
+	// request 4: rejected, retry after 500ms
+	// request 5: rejected, retry after 500ms
+}
+
+// A sliding window smooths the fixed window's edges with a few counters.
+func ExampleLimit_slidingWindow() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	lim := core.New(rdb)
+
+	limit := core.Limit{Algorithm: core.SlidingWindow, Rate: 100, Period: time.Minute, Buckets: 6}
+	res, _ := lim.AllowN(context.Background(), "report-export", limit, 40)
+	fmt.Println(limit, res.Allowed, res.Remaining)
+	// Output: 100/m sliding_window buckets=6 true 60
+}
+
+// Per-instance limits protect each app instance on its own, next to a
+// limit shared by all of them.
+func ExampleWithInstance() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	ctx := context.Background()
+	shared := core.New(rdb)
+	perPod := core.New(rdb, core.WithInstance("pod-7")) // e.g. os.Getenv("HOSTNAME")
+
+	global, _ := shared.Allow(ctx, "search", core.PerSecond(1000))
+	local, _ := perPod.Allow(ctx, "search", core.PerSecond(50))
+	fmt.Println(global.Remaining, local.Remaining)
+	// Output: 999 49
+}

@@ -1,5 +1,5 @@
 // Command demo sends the same bursts of requests through every redlimit
-// algorithm and prints what each one allowed, with Remaining and
+// algorithm and prints what each one admitted, with Remaining and
 // Retry-After.
 //
 //	go run ./examples/demo                           # embedded Redis (miniredis)
@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -33,54 +34,78 @@ type step struct {
 // after the first second, where a fixed window has reset.
 var scenario = []step{{0, 7}, {300 * time.Millisecond, 2}, {1000 * time.Millisecond, 6}}
 
-var algorithms = []core.Algorithm{core.GCRA, core.TokenBucket, core.FixedWindow}
+// limits: every algorithm and variant, all 5 per second.
+var limits = []core.Limit{
+	{Algorithm: core.GCRA, Rate: 5, Period: time.Second},
+	{Algorithm: core.TokenBucket, Rate: 5, Period: time.Second},
+	{Algorithm: core.TokenBucket, Rate: 5, Period: time.Second, Stepped: true},
+	{Algorithm: core.LeakyBucket, Rate: 5, Period: time.Second},
+	{Algorithm: core.LeakyBucket, Rate: 5, Period: time.Second, Shape: true},
+	{Algorithm: core.FixedWindow, Rate: 5, Period: time.Second},
+	{Algorithm: core.SlidingWindow, Rate: 5, Period: time.Second},
+	{Algorithm: core.SlidingLog, Rate: 5, Period: time.Second},
+}
 
 func main() {
 	rdb, where, stop := connect()
 	defer stop()
 
-	const rate = 5
-	start := time.Now()
+	// A whole second, so windows and sub-buckets start with the scenario
+	// and the table is the same on every run.
+	start := time.Now().Truncate(time.Second)
 	now := start
 	lim := core.New(rdb,
 		core.WithPrefix(fmt.Sprintf("redlimit-demo:%d:", start.UnixNano())),
 		core.WithClock(func() time.Time { return now }))
 	ctx := context.Background()
 
-	fmt.Printf("redlimit demo: %d requests per second, bursts up to %d, on %s\n\n", rate, rate, where)
+	fmt.Printf("redlimit demo on %s\n", where)
+	fmt.Printf("Every limit allows 5 requests per second. + admitted, - rejected (429);\n")
+	fmt.Printf("after each group: Remaining, and Retry-After of the last rejection.\n\n")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprint(w, "time\treq")
-	for _, a := range algorithms {
-		fmt.Fprintf(w, "\t%s", a)
-	}
-	fmt.Fprintln(w)
-
-	allowed := make([]int, len(algorithms))
+	fmt.Fprint(w, "limit")
 	for _, s := range scenario {
-		now = start.Add(s.at)
-		for r := 1; r <= s.requests; r++ {
-			fmt.Fprintf(w, "%v\t%d", s.at, r)
-			for i, a := range algorithms {
-				res, err := lim.Allow(ctx, "client-1", core.Limit{Algorithm: a, Rate: rate, Period: time.Second})
+		fmt.Fprintf(w, "\t%d at %v", s.requests, s.at)
+	}
+	fmt.Fprintln(w, "\tadmitted")
+
+	for i, l := range limits {
+		fmt.Fprint(w, l)
+		admitted := 0
+		for _, s := range scenario {
+			now = start.Add(s.at)
+			var marks strings.Builder
+			var last, denied, delayed core.Result
+			for r := 0; r < s.requests; r++ {
+				res, err := lim.Allow(ctx, fmt.Sprintf("client-%d", i), l)
 				if err != nil {
 					log.Fatalf("redis: %v", err)
 				}
+				last = res
 				if res.Allowed {
-					allowed[i]++
-					fmt.Fprintf(w, "\tok   remaining %d", res.Remaining)
+					admitted++
+					marks.WriteByte('+')
+					if res.Delay > 0 {
+						delayed = res
+					}
 				} else {
-					fmt.Fprintf(w, "\t429  retry in %v", res.RetryAfter)
+					denied = res
+					marks.WriteByte('-')
 				}
 			}
-			fmt.Fprintln(w)
+			fmt.Fprintf(w, "\t%s rem %d", marks.String(), last.Remaining)
+			if denied.RetryAfter > 0 {
+				fmt.Fprintf(w, " retry %v", denied.RetryAfter)
+			}
+			if delayed.Delay > 0 {
+				fmt.Fprintf(w, " queued up to %v", delayed.Delay)
+			}
 		}
+		fmt.Fprintf(w, "\t%d\n", admitted)
 	}
-	fmt.Fprint(w, "allowed\t")
-	for _, n := range allowed {
-		fmt.Fprintf(w, "\t%d", n)
-	}
-	fmt.Fprintln(w)
 	w.Flush()
+	fmt.Println("\nThe shaping leaky bucket admits requests with a delay, their place in its queue:")
+	fmt.Println("they are served 200ms apart.")
 }
 
 // connect uses REDIS_URL when set, else starts an embedded miniredis.
