@@ -1,0 +1,63 @@
+// Package ginlimit puts redlimit in front of gin handlers.
+//
+//	r.Use(ginlimit.New(lim, core.PerSecond(20)))                 // the whole router
+//	api.Use(ginlimit.New(lim, core.PerSecond(100)))              // a group
+//	r.POST("/login", ginlimit.New(lim, core.PerMinute(5)), login) // one route
+//
+// A request that does not pass is stopped with c.AbortWithStatusJSON and
+// redlimit.Decision's Body ({"error":"rate limit exceeded","retry_after":3}),
+// or by the deny handler given with redlimit.WithDenyHandler.
+//
+// Keys never come from gin's c.ClientIP(), which trusts forwarding headers
+// from every proxy unless SetTrustedProxies was called; the default key is
+// keyfunc.IP(), the peer address. For keyfunc.Route, the middleware sets
+// r.Pattern to c.FullPath() (the route template) when nothing else set it.
+package ginlimit
+
+import (
+	"github.com/gin-gonic/gin"
+
+	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
+)
+
+// New returns a gin middleware that limits the requests it handles by
+// limit, with the redlimit Options. It panics if the limit or an option is
+// invalid: it runs at start-up.
+func New(l *core.Limiter, limit core.Limit, opts ...redlimit.Option) gin.HandlerFunc {
+	return Middleware(redlimit.MustPolicy(l, limit, opts...))
+}
+
+// Rules returns a gin middleware that applies a rules table: each request
+// is limited by the rule that matches its path, if any. Errors name the bad
+// rule.
+func Rules(l *core.Limiter, rules redlimit.Rules, opts ...redlimit.Option) (gin.HandlerFunc, error) {
+	rs, err := redlimit.NewRuleSet(l, rules, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return Middleware(rs), nil
+}
+
+// Middleware returns a gin middleware for a Policy or a RuleSet built by hand.
+func Middleware(m redlimit.Matcher) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		r := c.Request
+		if r.Pattern == "" {
+			r.Pattern = c.FullPath()
+		}
+		p := m.Match(r)
+		if p == nil {
+			return
+		}
+		d := p.Decide(c.Writer, r)
+		switch {
+		case d.Allowed():
+		case p.HasDenyHandler():
+			p.Deny(c.Writer, r, d)
+			c.Abort()
+		default:
+			c.AbortWithStatusJSON(d.Status, d.Body())
+		}
+	}
+}

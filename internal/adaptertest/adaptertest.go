@@ -1,0 +1,589 @@
+// Package adaptertest is the conformance suite every HTTP adapter (nethttp,
+// ginlimit, echolimit) passes: one table of behaviours, run through each
+// framework's own routing and error handling.
+package adaptertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
+	"github.com/redlimit/redlimit/keyfunc"
+)
+
+// Mw is one middleware to put in an app: a limit and its options.
+type Mw struct {
+	Limit core.Limit
+	Opts  []redlimit.Option
+}
+
+// Spec says which middleware an app has. Nil or empty parts are left out.
+type Spec struct {
+	Limiter *core.Limiter
+	Global  *Mw            // on every route
+	Login   *Mw            // on POST /login only
+	Users   *Mw            // on GET /users/{id} only
+	Rules   redlimit.Rules // a rules table on every route
+	// RulesOpts are the options of the rules table.
+	RulesOpts []redlimit.Option
+}
+
+// Adapter is what the suite needs of a framework.
+type Adapter struct {
+	Name string
+	// App builds an app with the routes GET /ping, GET /users/{id} and
+	// POST /login, each answering 200 "ok", and the middleware of s,
+	// written in the framework's own way. It returns the rules' error.
+	App func(s Spec) (http.Handler, error)
+	// DenyBody is a fragment of the framework's default 429 body.
+	DenyBody string
+}
+
+// t0 is the embedded Redis's clock: it stands still unless a test moves it.
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+var nameSeq atomic.Int64
+
+// name returns a policy name no other test uses.
+func name(prefix string) redlimit.Option {
+	return redlimit.WithName(fmt.Sprintf("%s-%d", prefix, nameSeq.Add(1)))
+}
+
+// embedded returns a Limiter on a fresh miniredis with a still clock.
+func embedded(t *testing.T) *core.Limiter {
+	m := miniredis.RunT(t)
+	m.SetTime(t0)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	return core.New(rdb)
+}
+
+// build makes the app or fails the test.
+func build(t *testing.T, a Adapter, s Spec) http.Handler {
+	t.Helper()
+	h, err := a.App(s)
+	if err != nil {
+		t.Fatalf("%s app: %v", a.Name, err)
+	}
+	return h
+}
+
+// req is one request to send.
+type req struct {
+	method, path, remote string
+	headers              []string // name, value, ...
+	ctx                  context.Context
+}
+
+func (q req) send(h http.Handler) *httptest.ResponseRecorder {
+	method, path, remote := q.method, q.path, q.remote
+	if method == "" {
+		method = http.MethodGet
+	}
+	if path == "" {
+		path = "/ping"
+	}
+	if remote == "" {
+		remote = "203.0.113.7:40000"
+	}
+	r := httptest.NewRequest(method, path, nil)
+	if q.ctx != nil {
+		r = r.WithContext(q.ctx)
+	}
+	r.RemoteAddr = remote
+	for i := 0; i+1 < len(q.headers); i += 2 {
+		r.Header.Add(q.headers[i], q.headers[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// served reports whether the route's handler ran.
+func served(w *httptest.ResponseRecorder) bool {
+	return w.Code == http.StatusOK && w.Body.String() == "ok"
+}
+
+// expect checks status and headers; a header wanted "" must be absent.
+func expect(t *testing.T, what string, w *httptest.ResponseRecorder, status int, headers ...string) {
+	t.Helper()
+	if w.Code != status {
+		t.Fatalf("%s: status %d, want %d (body %q, headers %v)", what, w.Code, status, w.Body.String(), w.Header())
+	}
+	if status == http.StatusOK && !served(w) {
+		t.Fatalf("%s: 200 without the handler's body: %q", what, w.Body.String())
+	}
+	if status != http.StatusOK && served(w) {
+		t.Fatalf("%s: the handler ran on a %d", what, status)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		got, present := w.Header()[http.CanonicalHeaderKey(headers[i])]
+		want := headers[i+1]
+		switch {
+		case want == "" && present:
+			t.Fatalf("%s: header %s = %q, want none", what, headers[i], got)
+		case want != "" && (len(got) != 1 || got[0] != want):
+			t.Fatalf("%s: header %s = %q, want %q", what, headers[i], got, want)
+		}
+	}
+}
+
+// Run runs the conformance suite against a.
+func Run(t *testing.T, a Adapter) {
+	cases := []struct {
+		name string
+		run  func(t *testing.T, a Adapter)
+	}{
+		{"Headers", testHeaders},
+		{"HeaderProfiles", testHeaderProfiles},
+		{"Skip", testSkip},
+		{"DenyHandler", testDenyHandler},
+		{"Cost", testCost},
+		{"DryRun", testDryRun},
+		{"MissingKey", testMissingKey},
+		{"LongKeysHashed", testLongKeys},
+		{"ForgedForwardedFor", testForgedForwardedFor},
+		{"TrustedProxies", testTrustedProxies},
+		{"IPv6Grouping", testIPv6Grouping},
+		{"RouteKeys", testRouteKeys},
+		{"PerRoute", testPerRoute},
+		{"PoliciesApart", testPoliciesApart},
+		{"Rules", testRules},
+		{"RulesErrors", testRulesErrors},
+		{"Shaping", testShaping},
+		{"FailurePolicies", testFailurePolicies},
+		{"SlowRedis", testSlowRedis},
+		{"Instances", testInstances},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, a)
+		})
+	}
+}
+
+func testHeaders(t *testing.T, a Adapter) {
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{Limit: core.PerMinute(3)}})
+	for i, reset := range []string{"20", "40", "60"} {
+		w := req{}.send(h)
+		expect(t, fmt.Sprintf("request %d", i+1), w, http.StatusOK,
+			"X-RateLimit-Limit", "3", "X-RateLimit-Remaining", fmt.Sprint(2-i), "X-RateLimit-Reset", reset,
+			"Retry-After", "", "RateLimit", "", "RateLimit-Policy", "")
+	}
+	w := req{}.send(h)
+	expect(t, "over the limit", w, http.StatusTooManyRequests,
+		"X-RateLimit-Limit", "3", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "60", "Retry-After", "20")
+	if !strings.Contains(w.Body.String(), a.DenyBody) {
+		t.Fatalf("429 body %q lacks %q", w.Body.String(), a.DenyBody)
+	}
+}
+
+func testHeaderProfiles(t *testing.T, a Adapter) {
+	for _, tt := range []struct {
+		profile redlimit.HeaderProfile
+		allowed []string
+		denied  []string
+	}{
+		{redlimit.HeadersDraft,
+			[]string{"RateLimit-Policy", `"p";q=1;w=60`, "RateLimit", `"p";r=0;t=60`, "X-RateLimit-Limit", ""},
+			[]string{"RateLimit", `"p";r=0;t=60`, "Retry-After", "60", "X-RateLimit-Remaining", ""}},
+		{redlimit.HeadersBoth,
+			[]string{"RateLimit-Policy", `"p";q=1;w=60`, "X-RateLimit-Limit", "1", "X-RateLimit-Remaining", "0"},
+			[]string{"RateLimit", `"p";r=0;t=60`, "X-RateLimit-Reset", "60", "Retry-After", "60"}},
+		{redlimit.HeadersNone,
+			[]string{"RateLimit", "", "X-RateLimit-Limit", "", "Retry-After", ""},
+			[]string{"RateLimit", "", "X-RateLimit-Limit", "", "Retry-After", "60"}},
+	} {
+		opts := []redlimit.Option{redlimit.WithName("p"), redlimit.WithHeaders(tt.profile)}
+		h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), opts}})
+		expect(t, fmt.Sprintf("profile %d, allowed", tt.profile), req{}.send(h), http.StatusOK, tt.allowed...)
+		expect(t, fmt.Sprintf("profile %d, denied", tt.profile), req{}.send(h), http.StatusTooManyRequests, tt.denied...)
+	}
+}
+
+func testSkip(t *testing.T, a Adapter) {
+	skip := redlimit.WithSkip(func(r *http.Request) bool { return r.URL.Path == "/ping" })
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{skip}}})
+	for i := 0; i < 3; i++ {
+		expect(t, "skipped", req{}.send(h), http.StatusOK, "X-RateLimit-Limit", "")
+	}
+	expect(t, "not skipped", req{path: "/users/1"}.send(h), http.StatusOK, "X-RateLimit-Remaining", "0")
+	expect(t, "not skipped, over", req{path: "/users/1"}.send(h), http.StatusTooManyRequests)
+}
+
+func testDenyHandler(t *testing.T, a Adapter) {
+	deny := redlimit.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, d redlimit.Decision) {
+		w.WriteHeader(http.StatusTeapot)
+		fmt.Fprintf(w, "slow down, %s", d.Policy)
+	})
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{deny, redlimit.WithName("tea")}}})
+	req{}.send(h)
+	w := req{}.send(h)
+	expect(t, "denied", w, http.StatusTeapot, "Retry-After", "60", "X-RateLimit-Remaining", "0")
+	if w.Body.String() != "slow down, tea" {
+		t.Fatalf("body %q from the deny handler", w.Body.String())
+	}
+}
+
+func testCost(t *testing.T, a Adapter) {
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(5), []redlimit.Option{redlimit.WithCost(2)}}})
+	expect(t, "first", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", "3")
+	expect(t, "second", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", "1")
+	expect(t, "third", req{}.send(h), http.StatusTooManyRequests, "X-RateLimit-Remaining", "1")
+}
+
+func testDryRun(t *testing.T, a Adapter) {
+	var wouldDeny atomic.Int64
+	observe := redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) {
+		if d.DryRun {
+			wouldDeny.Add(1)
+		}
+	})
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{redlimit.WithDryRun(), observe}}})
+	for i := 0; i < 3; i++ {
+		expect(t, "dry run", req{}.send(h), http.StatusOK, "X-RateLimit-Limit", "", "Retry-After", "")
+	}
+	if got := wouldDeny.Load(); got != 2 {
+		t.Fatalf("dry run reported %d would-be denials, want 2", got)
+	}
+}
+
+func testMissingKey(t *testing.T, a Adapter) {
+	key := redlimit.WithKey(keyfunc.Header("X-Api-Key"))
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{key}}})
+	expect(t, "no key", req{}.send(h), http.StatusBadRequest, "X-RateLimit-Limit", "")
+	expect(t, "with a key", req{headers: []string{"X-Api-Key", "k"}}.send(h), http.StatusOK)
+	expect(t, "same key again", req{headers: []string{"X-Api-Key", "k"}}.send(h), http.StatusTooManyRequests)
+}
+
+// testLongKeys: keys longer than 128 bytes are hashed; distinct long keys
+// stay distinct and the same one keeps its count.
+func testLongKeys(t *testing.T, a Adapter) {
+	var keys sync.Map
+	observe := redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) { keys.Store(d.Key, true) })
+	opts := []redlimit.Option{redlimit.WithKey(keyfunc.Header("X-Api-Key")), observe, redlimit.WithName("long")}
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), opts}})
+	long := strings.Repeat("k", 5000)
+	expect(t, "a long key", req{headers: []string{"X-Api-Key", long}}.send(h), http.StatusOK)
+	expect(t, "again", req{headers: []string{"X-Api-Key", long}}.send(h), http.StatusTooManyRequests)
+	expect(t, "another long key", req{headers: []string{"X-Api-Key", long + "x"}}.send(h), http.StatusOK)
+	keys.Range(func(k, _ any) bool {
+		if s := k.(string); len(s) > 100 || !strings.HasPrefix(s, "long|sha256:") {
+			t.Errorf("Redis key %q is not a hash", s)
+		}
+		return true
+	})
+}
+
+func testForgedForwardedFor(t *testing.T, a Adapter) {
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{Limit: core.PerMinute(2)}})
+	for i, forged := range []string{"198.51.100.1", "198.51.100.2"} {
+		w := req{headers: []string{"X-Forwarded-For", forged, "X-Real-IP", forged}}.send(h)
+		expect(t, "forged header", w, http.StatusOK, "X-RateLimit-Remaining", fmt.Sprint(1-i))
+	}
+	expect(t, "a third forged address", req{headers: []string{"X-Forwarded-For", "198.51.100.3"}}.send(h), http.StatusTooManyRequests)
+}
+
+func testTrustedProxies(t *testing.T, a Adapter) {
+	key := redlimit.WithKey(keyfunc.IP(keyfunc.TrustProxies("10.0.0.0/8")))
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{key}}})
+	viaProxy := func(client string) req {
+		return req{remote: "10.0.0.1:5000", headers: []string{"X-Forwarded-For", "6.6.6.6, " + client}}
+	}
+	expect(t, "client A via the proxy", viaProxy("198.51.100.1").send(h), http.StatusOK)
+	expect(t, "client B via the proxy", viaProxy("198.51.100.2").send(h), http.StatusOK)
+	expect(t, "client A again", viaProxy("198.51.100.1").send(h), http.StatusTooManyRequests)
+	// Not from the proxy: the header is ignored and the peer is the key.
+	direct := req{remote: "198.51.100.9:1", headers: []string{"X-Forwarded-For", "198.51.100.3"}}
+	expect(t, "direct, forged", direct.send(h), http.StatusOK)
+	expect(t, "client C via the proxy is still fresh", viaProxy("198.51.100.3").send(h), http.StatusOK)
+}
+
+func testIPv6Grouping(t *testing.T, a Adapter) {
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{Limit: core.PerMinute(2)}})
+	expect(t, "2001:db8::1", req{remote: "[2001:db8::1]:1"}.send(h), http.StatusOK)
+	expect(t, "2001:db8::2, same /64", req{remote: "[2001:db8::2]:1"}.send(h), http.StatusOK)
+	expect(t, "2001:db8::3, same /64", req{remote: "[2001:db8::3]:1"}.send(h), http.StatusTooManyRequests)
+	expect(t, "another /64", req{remote: "[2001:db8:0:1::1]:1"}.send(h), http.StatusOK)
+}
+
+func testRouteKeys(t *testing.T, a Adapter) {
+	key := redlimit.WithKey(keyfunc.Route())
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(2), []redlimit.Option{key}}})
+	expect(t, "/users/1", req{path: "/users/1"}.send(h), http.StatusOK)
+	expect(t, "/users/2 from elsewhere", req{path: "/users/2", remote: "198.51.100.1:1"}.send(h), http.StatusOK)
+	expect(t, "/users/3: the same route", req{path: "/users/3"}.send(h), http.StatusTooManyRequests)
+	expect(t, "/ping: another route", req{}.send(h), http.StatusOK)
+}
+
+func testPerRoute(t *testing.T, a Adapter) {
+	h := build(t, a, Spec{Limiter: embedded(t), Login: &Mw{Limit: core.PerMinute(2)}})
+	for i := 0; i < 2; i++ {
+		expect(t, "login", req{method: http.MethodPost, path: "/login"}.send(h), http.StatusOK)
+	}
+	expect(t, "login over the limit", req{method: http.MethodPost, path: "/login"}.send(h), http.StatusTooManyRequests)
+	for i := 0; i < 5; i++ {
+		expect(t, "another route is not limited", req{}.send(h), http.StatusOK, "X-RateLimit-Limit", "")
+	}
+}
+
+// testPoliciesApart: two routes with the same limit and default names are
+// two policies with two states.
+func testPoliciesApart(t *testing.T, a Adapter) {
+	h := build(t, a, Spec{Limiter: embedded(t), Login: &Mw{Limit: core.PerHour(2)}, Users: &Mw{Limit: core.PerHour(2)}})
+	for i := 0; i < 2; i++ {
+		expect(t, "login", req{method: http.MethodPost, path: "/login"}.send(h), http.StatusOK)
+	}
+	expect(t, "login over", req{method: http.MethodPost, path: "/login"}.send(h), http.StatusTooManyRequests)
+	expect(t, "users has its own state", req{path: "/users/1"}.send(h), http.StatusOK, "X-RateLimit-Remaining", "1")
+}
+
+func testRules(t *testing.T, a Adapter) {
+	rules := redlimit.Rules{"POST /login": "2/m", "GET /users/*": "3/m"}
+	h := build(t, a, Spec{Limiter: embedded(t), Rules: rules})
+	login := req{method: http.MethodPost, path: "/login"}
+	for i := 0; i < 2; i++ {
+		expect(t, "login", login.send(h), http.StatusOK)
+	}
+	expect(t, "login over", login.send(h), http.StatusTooManyRequests)
+	expect(t, "//login cannot dodge the rule", req{method: http.MethodPost, path: "//login"}.send(h), http.StatusTooManyRequests)
+	for i := 1; i <= 3; i++ {
+		expect(t, "users", req{path: fmt.Sprintf("/users/%d", i)}.send(h), http.StatusOK, "X-RateLimit-Limit", "3")
+	}
+	expect(t, "users over: one rule, whatever the id", req{path: "/users/4"}.send(h), http.StatusTooManyRequests)
+	for i := 0; i < 5; i++ {
+		expect(t, "no rule for /ping", req{}.send(h), http.StatusOK, "X-RateLimit-Limit", "")
+	}
+}
+
+func testRulesErrors(t *testing.T, a Adapter) {
+	lim := embedded(t)
+	for rule, says := range map[string]string{
+		"GET /a/*/b":      "'*' may only end a pattern",
+		"GET /api/*x":     "'*' may only end a pattern",
+		"FETCH /{bad":     "",
+		"GET /x sliding*": "",
+	} {
+		_, err := a.App(Spec{Limiter: lim, Rules: redlimit.Rules{rule: "5/m"}})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("rule %q", rule)) || !strings.Contains(err.Error(), says) {
+			t.Errorf("rule %q: error %v, want one naming the rule and saying %q", rule, err, says)
+		}
+	}
+	_, err := a.App(Spec{Limiter: lim, Rules: redlimit.Rules{"POST /login": "5/m", "GET /ok": "0/s"}})
+	if err == nil || !strings.Contains(err.Error(), `rule "GET /ok"`) || !strings.Contains(err.Error(), "rate must be positive") {
+		t.Errorf("bad limit: error %v, want one naming rule \"GET /ok\"", err)
+	}
+	_, err = a.App(Spec{Limiter: lim, Rules: redlimit.Rules{"/same": "5/m", "GET /same": "5/m", "/{x}": "1/s", "/{y}": "1/s"}})
+	if err == nil || !strings.Contains(err.Error(), "conflicts") {
+		t.Errorf("conflicting rules: error %v, want ServeMux's conflict, named", err)
+	}
+}
+
+// testShaping: a shaping leaky bucket makes requests wait their Delay, and
+// a client that leaves while queued is not served.
+func testShaping(t *testing.T, a Adapter) {
+	var mu sync.Mutex
+	var delays []time.Duration
+	observe := redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) {
+		mu.Lock()
+		defer mu.Unlock()
+		delays = append(delays, d.Result.Delay)
+	})
+	limit := core.Limit{Algorithm: core.LeakyBucket, Rate: 20, Period: time.Second, Burst: 3, Shape: true}
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{limit, []redlimit.Option{observe}}})
+	for i := 0; i < 3; i++ {
+		expect(t, fmt.Sprintf("queued request %d", i), req{}.send(h), http.StatusOK)
+	}
+	expect(t, "queue full", req{}.send(h), http.StatusTooManyRequests)
+	mu.Lock()
+	got := fmt.Sprint(delays)
+	mu.Unlock()
+	if want := "[0s 50ms 100ms 0s]"; got != want {
+		t.Fatalf("delays %s, want %s", got, want)
+	}
+
+	// A client that leaves while queued is not served. The context is
+	// cancelled once Redis holds the request's place in the queue: while
+	// the middleware waits its Delay of a second.
+	m := miniredis.RunT(t)
+	m.SetTime(t0)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	slow := core.Limit{Algorithm: core.LeakyBucket, Rate: 1, Period: time.Second, Burst: 2, Shape: true}
+	h = build(t, a, Spec{Limiter: core.New(rdb), Global: &Mw{slow, []redlimit.Option{redlimit.WithName("queue")}}})
+	expect(t, "first in an empty queue", req{}.send(h), http.StatusOK)
+	key := "redlimit:{queue|ip:203.0.113.7}:leaky_bucket"
+	level := m.HGet(key, "l")
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		defer cancel()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if m.HGet(key, "l") != level {
+				return
+			}
+		}
+	}()
+	expect(t, "queued, but the client left", req{ctx: ctx}.send(h), http.StatusServiceUnavailable)
+}
+
+// testFailurePolicies stops a real Redis under each failure policy.
+func testFailurePolicies(t *testing.T, a Adapter) {
+	for _, tt := range []struct {
+		failure redlimit.Failure
+		check   func(t *testing.T, h http.Handler)
+	}{
+		{redlimit.FailOpen, func(t *testing.T, h http.Handler) {
+			for i := 0; i < 3; i++ {
+				expect(t, "fail open", req{}.send(h), http.StatusOK, "X-RateLimit-Limit", "")
+			}
+		}},
+		{redlimit.FailClosed, func(t *testing.T, h http.Handler) {
+			w := req{}.send(h)
+			expect(t, "fail closed", w, http.StatusServiceUnavailable, "Retry-After", "1", "X-RateLimit-Limit", "")
+		}},
+		{redlimit.FailLocal, func(t *testing.T, h http.Handler) {
+			// 3/h, one used while Redis was up: the local limiter starts afresh.
+			for i := 0; i < 3; i++ {
+				expect(t, "fail local", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", fmt.Sprint(2-i))
+			}
+			expect(t, "fail local, over", req{}.send(h), http.StatusTooManyRequests, "Retry-After", "1200")
+			expect(t, "fail local, another client", req{remote: "198.51.100.1:1"}.send(h), http.StatusOK)
+		}},
+	} {
+		t.Run(tt.failure.String(), func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Standalone(t)
+			errs := make(chan error, 10)
+			opts := []redlimit.Option{redlimit.WithFailure(tt.failure), redlimit.WithErrorHandler(func(r *http.Request, err error) {
+				select {
+				case errs <- err:
+				default:
+				}
+			})}
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+			t.Cleanup(func() { rdb.Close() })
+			h := build(t, a, Spec{Limiter: core.New(rdb), Global: &Mw{core.PerHour(3), opts}})
+			expect(t, "Redis up", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", "2")
+			srv.Stop()
+			tt.check(t, h)
+			select {
+			case err := <-errs:
+				if err == nil {
+					t.Fatal("nil error reported")
+				}
+			default:
+				t.Fatal("no error reached the error handler")
+			}
+		})
+	}
+}
+
+// testSlowRedis: a Redis that accepts connections and never answers costs
+// a request the timeout, not forever.
+func testSlowRedis(t *testing.T, a Adapter) {
+	ln, lerr := net.Listen("tcp", "127.0.0.1:0")
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() { // accept and hold connections, never reply
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	errs := make(chan error, 1)
+	opts := []redlimit.Option{redlimit.WithTimeout(50 * time.Millisecond), redlimit.WithFailure(redlimit.FailClosed),
+		redlimit.WithErrorHandler(func(r *http.Request, err error) { errs <- err })}
+	h := build(t, a, Spec{Limiter: core.New(rdb), Global: &Mw{core.PerMinute(5), opts}})
+
+	// The bound is the policy's own: go-redis, as configured here, would
+	// wait seconds (DialTimeout, ReadTimeout) for this server. So well under
+	// those seconds means the timeout held; this is not a benchmark.
+	start := time.Now()
+	w := req{}.send(h)
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the request waited %v for a silent Redis; the timeout is 50ms", took)
+	}
+	expect(t, "slow Redis", w, http.StatusServiceUnavailable)
+	if err := <-errs; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %v, want the timeout's DeadlineExceeded", err)
+	}
+}
+
+// testInstances: several app instances, each with its own Redis client and
+// limiter, share one limit exactly, on standalone Redis and on a cluster.
+func testInstances(t *testing.T, a Adapter) {
+	servers := map[string]func(t *testing.T) func() redis.UniversalClient{
+		"standalone": func(t *testing.T) func() redis.UniversalClient {
+			s := redistest.Standalone(t)
+			return func() redis.UniversalClient { return s.Client(t) }
+		},
+		"cluster": func(t *testing.T) func() redis.UniversalClient {
+			c := redistest.NewCluster(t, 3)
+			return func() redis.UniversalClient { return c.Client(t) }
+		},
+	}
+	for backend, start := range servers {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			newClient := start(t)
+			const instances, clients, limit = 4, 4, 30
+			mw := &Mw{core.PerHour(limit), []redlimit.Option{redlimit.WithName("shared"), redlimit.WithTimeout(5 * time.Second)}}
+			var apps []http.Handler
+			for i := 0; i < instances; i++ {
+				apps = append(apps, build(t, a, Spec{Limiter: core.New(newClient(), core.WithPrefix(t.Name()+":")), Global: mw}))
+			}
+			var ok, denied, other atomic.Int64
+			var wg sync.WaitGroup
+			deadline := time.Now().Add(30 * time.Second)
+			for i := 0; i < instances*clients; i++ {
+				wg.Add(1)
+				go func(app http.Handler) {
+					defer wg.Done()
+					for j := 0; j < 3*limit/clients && time.Now().Before(deadline); j++ {
+						switch (req{path: "/users/1"}).send(app).Code {
+						case http.StatusOK:
+							ok.Add(1)
+						case http.StatusTooManyRequests:
+							denied.Add(1)
+						default:
+							other.Add(1)
+						}
+					}
+				}(apps[i%instances])
+			}
+			wg.Wait()
+			if ok.Load() != limit || other.Load() != 0 || ok.Load()+denied.Load() < 2*limit {
+				t.Fatalf("%d instances: %d served, %d denied, %d other; want exactly %d served and the rest denied",
+					instances, ok.Load(), denied.Load(), other.Load(), limit)
+			}
+		})
+	}
+}

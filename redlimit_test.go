@@ -1,0 +1,229 @@
+package redlimit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/keyfunc"
+)
+
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func embedded(t *testing.T) (*core.Limiter, *miniredis.Miniredis) {
+	m := miniredis.RunT(t)
+	m.SetTime(t0)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	return core.New(rdb), m
+}
+
+func decide(p *redlimit.Policy, remote string) (redlimit.Decision, *httptest.ResponseRecorder) {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = remote
+	w := httptest.NewRecorder()
+	return p.Decide(w, r), w
+}
+
+// TestRetryAfterRounding: Retry-After and X-RateLimit-Reset are whole
+// seconds rounded up; a sub-second wait is 1, never 0.
+func TestRetryAfterRounding(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t)
+	for _, tt := range []struct {
+		limit             core.Limit
+		retryAfter, reset string
+	}{
+		{core.PerSecond(5), "1", "1"},                            // 200ms
+		{core.Limit{Rate: 5, Period: 6 * time.Second}, "2", "6"}, // 1.2s
+		{core.PerMinute(1), "60", "60"},
+	} {
+		p := redlimit.MustPolicy(lim, tt.limit, redlimit.WithName("round-"+tt.limit.String()))
+		for i := 0; i <= tt.limit.Rate; i++ {
+			decide(p, "192.0.2.1:1")
+		}
+		d, w := decide(p, "192.0.2.1:1")
+		if d.Status != http.StatusTooManyRequests || w.Header().Get("Retry-After") != tt.retryAfter || w.Header().Get("X-RateLimit-Reset") != tt.reset {
+			t.Errorf("%v: status %d, Retry-After %q, Reset %q; want 429, %q, %q", tt.limit, d.Status,
+				w.Header().Get("Retry-After"), w.Header().Get("X-RateLimit-Reset"), tt.retryAfter, tt.reset)
+		}
+	}
+}
+
+func TestNewPolicyErrors(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t)
+	for _, tt := range []struct {
+		lim   *core.Limiter
+		limit core.Limit
+		opts  []redlimit.Option
+		says  string
+	}{
+		{nil, core.PerSecond(1), nil, "nil *core.Limiter"},
+		{lim, core.Limit{}, nil, "rate 0 must be positive"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithCost(6)}, "cost 6 must be between 1 and the burst"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithCost(0)}, "cost 0"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithTimeout(-time.Second)}, "negative timeout"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithFailure(7)}, "unknown failure policy"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithFailure(redlimit.FailLocal), redlimit.WithLocalKeys(0)}, "WithLocalKeys(0)"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithHeaders(9)}, "unknown header profile"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithKey(nil)}, "WithKey(nil)"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithName(strings.Repeat("n", 300))}, "longer than 256"},
+	} {
+		_, err := redlimit.NewPolicy(tt.lim, tt.limit, tt.opts...)
+		if err == nil || !strings.Contains(err.Error(), tt.says) {
+			t.Errorf("NewPolicy: error %v, want one saying %q", err, tt.says)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("MustPolicy with an invalid limit did not panic")
+		}
+	}()
+	redlimit.MustPolicy(lim, core.Limit{})
+}
+
+// TestDefaultNames: the first policy of a limit is named by it; later ones
+// get a suffix, so they never share state by accident; an explicit name is
+// kept, even twice.
+func TestDefaultNames(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t)
+	l := core.Limit{Rate: 7, Period: 7 * time.Second} // used by no other test
+	first := redlimit.MustPolicy(lim, l)
+	second := redlimit.MustPolicy(lim, l)
+	third := redlimit.MustPolicy(lim, l)
+	if first.Name() != "7/7s" || second.Name() != "7/7s#2" || third.Name() != "7/7s#3" {
+		t.Fatalf("default names %q %q %q", first.Name(), second.Name(), third.Name())
+	}
+	a := redlimit.MustPolicy(lim, l, redlimit.WithName("shared-on-purpose"))
+	b := redlimit.MustPolicy(lim, l, redlimit.WithName("shared-on-purpose"))
+	if a.Name() != b.Name() {
+		t.Fatalf("explicit names %q and %q differ", a.Name(), b.Name())
+	}
+}
+
+// TestFailLocalUntilRedisAnswers: with Redis gone the local limiter decides;
+// when Redis is back, it decides again.
+func TestFailLocalUntilRedisAnswers(t *testing.T) {
+	t.Parallel()
+	lim, m := embedded(t)
+	p := redlimit.MustPolicy(lim, core.PerHour(2), redlimit.WithFailure(redlimit.FailLocal),
+		redlimit.WithErrorHandler(func(*http.Request, error) {}))
+	if d, _ := decide(p, "192.0.2.1:1"); d.Local || !d.Allowed() {
+		t.Fatalf("Redis up: %+v", d)
+	}
+	m.Close()
+	for i, want := range []int{0, 0, http.StatusTooManyRequests} {
+		d, _ := decide(p, "192.0.2.1:1")
+		if !d.Local || d.Status != want || d.Err == nil {
+			t.Fatalf("Redis down, request %d: %+v, want a local decision with status %d", i, d, want)
+		}
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// Redis counted only the request it saw: one of two is left.
+	d, _ := decide(p, "192.0.2.1:1")
+	if d.Local || d.Err != nil || !d.Allowed() || d.Result.Remaining != 0 {
+		t.Fatalf("Redis back: %+v, want Redis's own decision: allowed, 0 remaining", d)
+	}
+}
+
+// TestFailLocalMemoryBounded: the local limiter keeps at most WithLocalKeys
+// keys, so a flood of addresses during an outage cannot grow memory; a
+// forgotten key starts afresh.
+func TestFailLocalMemoryBounded(t *testing.T) {
+	t.Parallel()
+	lim, m := embedded(t)
+	p := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithFailure(redlimit.FailLocal),
+		redlimit.WithLocalKeys(2), redlimit.WithErrorHandler(func(*http.Request, error) {}))
+	m.Close()
+	decide(p, "192.0.2.1:1")
+	if d, _ := decide(p, "192.0.2.1:1"); d.Status != http.StatusTooManyRequests {
+		t.Fatalf("second request of a 1/h limit: %+v", d)
+	}
+	for i := 2; i < 100; i++ {
+		decide(p, fmt.Sprintf("192.0.2.%d:1", i))
+	}
+	if got := redlimit.LocalKeys(p); got > 2 {
+		t.Fatalf("the local limiter holds %d keys, want at most 2", got)
+	}
+	if d, _ := decide(p, "192.0.2.1:1"); !d.Allowed() {
+		t.Fatalf("a forgotten key: %+v, want a fresh allowance", d)
+	}
+}
+
+// TestDefaultErrorLog: Redis errors are logged at most once a second, with
+// the count of those left out.
+func TestDefaultErrorLog(t *testing.T) {
+	var buf bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+
+	lim, m := embedded(t)
+	p := redlimit.MustPolicy(lim, core.PerHour(1))
+	m.Close()
+	start := time.Now()
+	for i := 0; i < 50; i++ {
+		if d, _ := decide(p, "192.0.2.1:1"); !d.Allowed() || d.Err == nil {
+			t.Fatalf("fail open: %+v", d)
+		}
+	}
+	// One line, then at most one a second (each failed dial may take up to
+	// the timeout, so the 50 errors can span seconds).
+	lines := strings.Count(buf.String(), "rate limit decision failed")
+	if most := int(time.Since(start)/time.Second) + 1; lines < 1 || lines > most {
+		t.Fatalf("%d log lines for 50 errors in %v, want 1 to %d:\n%s", lines, time.Since(start), most, buf.String())
+	}
+	if !strings.Contains(buf.String(), "failure=fail-open") {
+		t.Fatalf("log line lacks the failure policy: %s", buf.String())
+	}
+}
+
+// TestClientGoneIsNotARedisError: a request whose client left before the
+// decision is not reported as a Redis failure.
+func TestClientGoneIsNotARedisError(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t)
+	reported := false
+	p := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithErrorHandler(func(*http.Request, error) { reported = true }))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
+	d := p.Decide(httptest.NewRecorder(), r)
+	if d.Status != http.StatusServiceUnavailable || reported {
+		t.Fatalf("decision %+v, reported %v; want 503 and no report", d, reported)
+	}
+}
+
+func TestDecisionBody(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		d    redlimit.Decision
+		body string
+	}{
+		{redlimit.Decision{Status: 429, Result: core.Result{RetryAfter: 1500 * time.Millisecond}}, `{"error":"rate limit exceeded","retry_after":2}`},
+		{redlimit.Decision{Status: 503, Err: errors.New("secret detail")}, `{"error":"rate limiter unavailable","retry_after":1}`},
+		{redlimit.Decision{Status: 400, Err: keyfunc.ErrNoKey}, `{"error":"request has no rate limit key"}`},
+	} {
+		w := httptest.NewRecorder()
+		redlimit.WriteBody(w, tt.d)
+		if w.Code != tt.d.Status || strings.TrimSpace(w.Body.String()) != tt.body || w.Header().Get("Content-Type") != "application/json; charset=utf-8" {
+			t.Errorf("WriteBody(%d): %d %q %q, want %q", tt.d.Status, w.Code, w.Body.String(), w.Header().Get("Content-Type"), tt.body)
+		}
+	}
+}
