@@ -83,16 +83,27 @@ func newHeaderValues(profile HeaderProfile, name string, l core.Limit) headerVal
 
 // set writes the rate-limit fields of res, and Retry-After when denied.
 func (v *headerValues) set(h http.Header, res core.Result, denied bool) {
+	if v.profile == HeadersNone {
+		if denied {
+			setRetryAfter(h, res.RetryAfter)
+		}
+		return
+	}
 	remaining := strconv.Itoa(max(0, res.Remaining))
 	reset := strconv.FormatInt(seconds(res.ResetAfter), 10)
+	// One backing array for every value; each header gets a full slice of
+	// it (len == cap), so appending to one cannot overwrite another.
+	vals := make([]string, 0, 3)
 	if v.profile == HeadersXRateLimit || v.profile == HeadersBoth {
+		vals = append(vals, remaining, reset)
 		h[keyLimit] = v.limit
-		h[keyRemaining] = []string{remaining}
-		h[keyReset] = []string{reset}
+		h[keyRemaining] = vals[0:1:1]
+		h[keyReset] = vals[1:2:2]
 	}
 	if v.profile == HeadersDraft || v.profile == HeadersBoth {
+		vals = append(vals, v.quoted+";r="+remaining+";t="+reset)
 		h[keyPolicy] = v.policy
-		h[keyRateLimit] = []string{v.quoted + ";r=" + remaining + ";t=" + reset}
+		h[keyRateLimit] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 	if denied {
 		setRetryAfter(h, res.RetryAfter)

@@ -375,32 +375,48 @@ func (p *Policy) decide(w http.ResponseWriter, r *http.Request) Decision {
 // the policy's timeout.
 var errTimeout = errors.New("no answer from Redis in time")
 
-// allow asks Redis, waiting at most the timeout. The wait is bounded here,
-// not only through the context: go-redis leaves socket deadlines to its
-// own ReadTimeout and DialTimeout (seconds) unless the client was made with
-// ContextTimeoutEnabled. A call given up on finishes in the background.
+// allow asks Redis, waiting at most the timeout. The wait is bounded here
+// rather than through a context deadline: go-redis leaves socket deadlines
+// to its own ReadTimeout and DialTimeout (seconds) unless the client was
+// made with ContextTimeoutEnabled. A call given up on finishes in the
+// background, bounded by those.
 func (p *Policy) allow(ctx context.Context, key string) (core.Result, error) {
 	if p.timeout <= 0 {
 		return p.lim.AllowN(ctx, key, p.limit, p.cost)
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	type answer struct {
-		res core.Result
-		err error
-	}
-	ch := make(chan answer, 1)
+	ch := answers.Get().(chan answer)
 	go func() {
 		res, err := p.lim.AllowN(ctx, key, p.limit, p.cost)
 		ch <- answer{res, err}
 	}()
+	timer := timers.Get().(*time.Timer)
+	timer.Reset(p.timeout)
+	defer func() {
+		timer.Stop() // since Go 1.23 a stopped timer delivers nothing stale
+		timers.Put(timer)
+	}()
 	select {
 	case a := <-ch:
+		answers.Put(ch) // empty again; a channel given up on is never reused
 		return a.res, a.err
+	case <-timer.C:
+		return core.Result{}, fmt.Errorf("redlimit: %w within %v: %w", errTimeout, p.timeout, context.DeadlineExceeded)
 	case <-ctx.Done():
-		return core.Result{}, fmt.Errorf("redlimit: %w within %v: %w", errTimeout, p.timeout, ctx.Err())
+		return core.Result{}, ctx.Err()
 	}
 }
+
+// answer carries a decision back from the goroutine that asked Redis.
+type answer struct {
+	res core.Result
+	err error
+}
+
+// Reused per decision: a timer, and a channel that held an answer.
+var (
+	timers  = sync.Pool{New: func() any { t := time.NewTimer(time.Hour); t.Stop(); return t }}
+	answers = sync.Pool{New: func() any { return make(chan answer, 1) }}
+)
 
 // Deny answers a request whose Decision is not Allowed: with the deny
 // handler if one was given, else with the default JSON Body.

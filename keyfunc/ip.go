@@ -157,13 +157,16 @@ func (c *ipConfig) isTrusted(a netip.Addr) bool {
 	return false
 }
 
-// key formats the client's key, grouping IPv6 by prefix.
+// key formats the client's key, grouping IPv6 by prefix, in one
+// allocation.
 func (c *ipConfig) key(a netip.Addr) string {
+	buf := make([]byte, 0, 64)
+	buf = append(buf, "ip:"...)
 	if a.Is4() || c.ipv6Prefix == 128 {
-		return "ip:" + a.String()
+		return string(a.AppendTo(buf))
 	}
 	p, _ := a.Prefix(c.ipv6Prefix) // cannot fail: 1..128 on an IPv6 address
-	return "ip:" + p.String()
+	return string(p.AppendTo(buf))
 }
 
 // parseHost parses "addr", "addr:port" or "[addr]:port", drops any zone,
@@ -175,13 +178,17 @@ func parseHost(s string) (netip.Addr, error) {
 	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
 		s = s[1 : len(s)-1] // "[2001:db8::1]" without a port
 	}
+	// With a port ("[v6]:p" or "v4:p", as in RemoteAddr) or without one
+	// (as in X-Forwarded-For): try the likelier form first, since a failed
+	// parse allocates its error.
+	if s[0] == '[' || strings.Count(s, ":") == 1 {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return ap.Addr().WithZone("").Unmap(), nil
+		}
+	}
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		ap, perr := netip.ParseAddrPort(s)
-		if perr != nil {
-			return netip.Addr{}, err
-		}
-		a = ap.Addr()
+		return netip.Addr{}, err
 	}
 	return a.WithZone("").Unmap(), nil
 }

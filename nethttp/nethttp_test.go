@@ -41,3 +41,7 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	adaptertest.Run(t, adapter)
 }
+
+// BenchmarkMiddleware: go test ./nethttp -run X -bench . -benchmem; the
+// middleware's cost is "limited" minus "bare".
+func BenchmarkMiddleware(b *testing.B) { adaptertest.Bench(b, adapter) }

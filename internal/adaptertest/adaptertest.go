@@ -73,7 +73,7 @@ func embedded(t *testing.T) *core.Limiter {
 }
 
 // build makes the app or fails the test.
-func build(t *testing.T, a Adapter, s Spec) http.Handler {
+func build(t testing.TB, a Adapter, s Spec) http.Handler {
 	t.Helper()
 	h, err := a.App(s)
 	if err != nil {
@@ -586,4 +586,52 @@ func testInstances(t *testing.T, a Adapter) {
 			}
 		})
 	}
+}
+
+// Bench measures one request through the app with a global limit ("limited")
+// and without it ("bare"), on a real redis-server, so that the difference
+// is the middleware's own cost: allocations and time per request.
+func Bench(b *testing.B, a Adapter) {
+	lim := core.New(redistest.Standalone(b).Client(b))
+	limit := core.Limit{Rate: core.MaxCount, Period: time.Second} // never denies
+	for _, c := range []struct {
+		name string
+		spec Spec
+	}{
+		{"bare", Spec{Limiter: lim}},
+		{"limited", Spec{Limiter: lim, Global: &Mw{Limit: limit}}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			h := build(b, a, c.spec)
+			r := httptest.NewRequest(http.MethodGet, "/users/1", nil)
+			r.RemoteAddr = "203.0.113.7:40000"
+			w := &discard{header: http.Header{}}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				clear(w.header)
+				r.Pattern = ""
+				h.ServeHTTP(w, r)
+				if w.status != http.StatusOK {
+					b.Fatalf("status %d", w.status)
+				}
+			}
+		})
+	}
+}
+
+// discard is a ResponseWriter that keeps only the status, reused across
+// requests so that it allocates nothing itself.
+type discard struct {
+	header http.Header
+	status int
+}
+
+func (d *discard) Header() http.Header  { return d.header }
+func (d *discard) WriteHeader(code int) { d.status = code }
+func (d *discard) Write(p []byte) (int, error) {
+	if d.status == 0 {
+		d.status = http.StatusOK
+	}
+	return len(p), nil
 }
