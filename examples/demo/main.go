@@ -1,6 +1,7 @@
 // Command demo sends the same bursts of requests through every redlimit
 // algorithm and prints what each one admitted, with Remaining and
-// Retry-After.
+// Retry-After; then sends requests through the same limit in net/http, gin
+// and echo and prints the status codes and headers a client sees.
 //
 //	go run ./examples/demo                           # embedded Redis (miniredis)
 //	REDIS_URL=redis://localhost:6379/0 go run ./examples/demo
@@ -12,16 +13,24 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
+	"github.com/gin-gonic/gin"
+	"github.com/labstack/echo/v4"
 
+	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/echolimit"
+	"github.com/redlimit/redlimit/examples/internal/run"
+	"github.com/redlimit/redlimit/ginlimit"
+	"github.com/redlimit/redlimit/nethttp"
 )
 
 // step is a moment of the scenario and how many requests arrive then.
@@ -47,7 +56,10 @@ var limits = []core.Limit{
 }
 
 func main() {
-	rdb, where, stop := connect()
+	rdb, where, stop, err := run.Redis()
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer stop()
 
 	// A whole second, so windows and sub-buckets start with the scenario
@@ -106,25 +118,47 @@ func main() {
 	w.Flush()
 	fmt.Println("\nThe shaping leaky bucket admits requests with a delay, their place in its queue:")
 	fmt.Println("they are served 200ms apart.")
+
+	frameworks(lim)
 }
 
-// connect uses REDIS_URL when set, else starts an embedded miniredis.
-func connect() (rdb *redis.Client, where string, stop func()) {
-	if url := os.Getenv("REDIS_URL"); url != "" {
-		opts, err := redis.ParseURL(url)
-		if err != nil {
-			log.Fatalf("REDIS_URL: %v", err)
+// frameworks sends the same requests through the same one-line limit in
+// net/http, gin and echo, and prints what a client sees.
+func frameworks(lim *core.Limiter) {
+	limit := core.PerSecond(2)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") })
+
+	gin.SetMode(gin.ReleaseMode)
+	g := gin.New()
+	g.Use(ginlimit.New(lim, limit, redlimit.WithName("demo-gin")))
+	g.GET("/hello", gin.WrapH(ok))
+
+	e := echo.New()
+	e.Use(echolimit.New(lim, limit, redlimit.WithName("demo-echo")))
+	e.GET("/hello", echo.WrapHandler(ok))
+
+	apps := []struct {
+		name string
+		app  http.Handler
+	}{
+		{"net/http", nethttp.New(lim, limit, redlimit.WithName("demo-nethttp"))(ok)},
+		{"gin", g},
+		{"echo", e},
+	}
+	fmt.Printf("\nThe HTTP middleware, %v per client address, 3 requests in a row:\n\n", limit)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "framework\treq\tstatus\tX-RateLimit-Limit\tRemaining\tReset\tRetry-After\tbody")
+	for _, a := range apps {
+		for i := 1; i <= 3; i++ {
+			r := httptest.NewRequest(http.MethodGet, "/hello", nil)
+			r.RemoteAddr = "203.0.113.7:40000"
+			rec := httptest.NewRecorder()
+			a.app.ServeHTTP(rec, r)
+			h := rec.Header()
+			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", a.name, i, rec.Code, h.Get(redlimit.HeaderLimit),
+				h.Get(redlimit.HeaderRemaining), h.Get(redlimit.HeaderReset), h.Get(redlimit.HeaderRetryAfter),
+				strings.TrimSpace(rec.Body.String()))
 		}
-		rdb = redis.NewClient(opts)
-		return rdb, "Redis at " + opts.Addr, func() { rdb.Close() }
 	}
-	m, err := miniredis.Run()
-	if err != nil {
-		log.Fatal(err)
-	}
-	rdb = redis.NewClient(&redis.Options{Addr: m.Addr()})
-	return rdb, "embedded miniredis (set REDIS_URL to use a real Redis)", func() {
-		rdb.Close()
-		m.Close()
-	}
+	w.Flush()
 }

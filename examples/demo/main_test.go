@@ -17,6 +17,9 @@ func TestDemo(t *testing.T) {
 		"queued up to 800ms",
 		"5/s fixed_window          +++++-- rem 0 retry 1s",
 		"------ rem 0 retry 20ms",
+		"net/http   3    429     2                  0          1      1            {\"error\":\"rate limit exceeded\",\"retry_after\":1}",
+		"gin        2    200     2                  0          1                   hello",
+		"echo       3    429     2                  0          1      1            {\"message\":\"rate limit exceeded\"}",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)

@@ -1,0 +1,35 @@
+// Command echo is a small echo API behind redlimit: a limit for every route
+// per client address, and a stricter one on POST /login.
+//
+//	go run ./examples/echo               # embedded Redis; REDIS_URL for a real one
+//	curl -i localhost:8080/hello
+package main
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/echolimit"
+	"github.com/redlimit/redlimit/examples/internal/run"
+)
+
+// newApp builds the API. lim decides; every app instance sharing the Redis
+// shares these limits.
+func newApp(lim *core.Limiter) http.Handler {
+	e := echo.New()
+	e.HideBanner = true
+	// 10 requests per second per client address, bursts up to 10.
+	e.Use(echolimit.New(lim, core.PerSecond(10), redlimit.WithName("api")))
+	e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello\n") })
+	// Password guessing: 3 attempts a minute, counted exactly.
+	login := core.Limit{Algorithm: core.SlidingLog, Rate: 3, Period: time.Minute}
+	e.POST("/login", func(c echo.Context) error { return c.String(http.StatusOK, "welcome\n") },
+		echolimit.New(lim, login, redlimit.WithName("login")))
+	return e
+}
+
+func main() { run.Serve("echo", newApp) }

@@ -1,0 +1,36 @@
+// Command gin is a small gin API behind redlimit: a limit for the whole
+// router per client address, and a stricter one on POST /login.
+//
+//	go run ./examples/gin                # embedded Redis; REDIS_URL for a real one
+//	curl -i localhost:8080/hello
+package main
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/examples/internal/run"
+	"github.com/redlimit/redlimit/ginlimit"
+)
+
+// newApp builds the API. lim decides; every app instance sharing the Redis
+// shares these limits.
+func newApp(lim *core.Limiter) http.Handler {
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	// 10 requests per second per client address, bursts up to 10.
+	r.Use(ginlimit.New(lim, core.PerSecond(10), redlimit.WithName("api")))
+	r.GET("/hello", func(c *gin.Context) { c.String(http.StatusOK, "hello\n") })
+	// Password guessing: 3 attempts a minute, counted exactly.
+	login := core.Limit{Algorithm: core.SlidingLog, Rate: 3, Period: time.Minute}
+	r.POST("/login", ginlimit.New(lim, login, redlimit.WithName("login")), func(c *gin.Context) {
+		c.String(http.StatusOK, "welcome\n")
+	})
+	return r
+}
+
+func main() { run.Serve("gin", newApp) }

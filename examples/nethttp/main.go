@@ -1,0 +1,38 @@
+// Command nethttp is a small net/http API behind redlimit: a limit for the
+// whole API per client address, and a stricter one on POST /login.
+//
+//	go run ./examples/nethttp            # embedded Redis; REDIS_URL for a real one
+//	curl -i localhost:8080/hello
+package main
+
+import (
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/examples/internal/run"
+	"github.com/redlimit/redlimit/nethttp"
+)
+
+// newApp builds the API. lim decides; every app instance sharing the Redis
+// shares these limits.
+func newApp(lim *core.Limiter) http.Handler {
+	// 10 requests per second per client address, bursts up to 10, for every route.
+	api := nethttp.New(lim, core.PerSecond(10), redlimit.WithName("api"))
+	// Password guessing: 3 attempts a minute, counted exactly.
+	login := nethttp.New(lim, core.Limit{Algorithm: core.SlidingLog, Rate: 3, Period: time.Minute},
+		redlimit.WithName("login"))
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /hello", api(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello\n")
+	})))
+	mux.Handle("POST /login", api(login(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "welcome\n")
+	}))))
+	return mux
+}
+
+func main() { run.Serve("net/http", newApp) }
