@@ -17,6 +17,7 @@ import (
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
 	"github.com/redlimit/redlimit/keyfunc"
 )
 
@@ -225,5 +226,23 @@ func TestDecisionBody(t *testing.T) {
 		if w.Code != tt.d.Status || strings.TrimSpace(w.Body.String()) != tt.body || w.Header().Get("Content-Type") != "application/json; charset=utf-8" {
 			t.Errorf("WriteBody(%d): %d %q %q, want %q", tt.d.Status, w.Code, w.Body.String(), w.Header().Get("Content-Type"), tt.body)
 		}
+	}
+}
+
+// TestDefaultTimeout: without WithTimeout, a Redis that never answers costs
+// a request DefaultTimeout, and the failure policy decides.
+func TestDefaultTimeout(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Silent(t), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	var got error
+	p := redlimit.MustPolicy(core.New(rdb), core.PerHour(1), redlimit.WithFailure(redlimit.FailClosed),
+		redlimit.WithErrorHandler(func(_ *http.Request, err error) { got = err }))
+	d, w := decide(p, "192.0.2.1:1")
+	if d.Status != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" {
+		t.Fatalf("silent Redis, fail closed: %+v %v", d, w.Header())
+	}
+	if !errors.Is(got, context.DeadlineExceeded) || !strings.Contains(got.Error(), "within "+redlimit.DefaultTimeout.String()) {
+		t.Fatalf("error %v, want a deadline of %v", got, redlimit.DefaultTimeout)
 	}
 }

@@ -17,30 +17,16 @@ import (
 // Periods are short so the whole test sleeps well under a second per case.
 func TestServerClock(t *testing.T) {
 	t.Parallel()
-	servers := map[string]func(t *testing.T) func() redis.UniversalClient{
-		"standalone": func(t *testing.T) func() redis.UniversalClient {
-			s := redistest.Standalone(t)
-			return func() redis.UniversalClient { return s.Client(t) }
-		},
-		"cluster": func(t *testing.T) func() redis.UniversalClient {
-			c := redistest.NewCluster(t, 3)
-			return func() redis.UniversalClient { return c.Client(t) }
-		},
-	}
-	for name, start := range servers {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			newClient := start(t)
-			for _, a := range suiteAlgorithms {
-				l := a.limit
-				l.Period = 200 * time.Millisecond
-				t.Run(a.name, func(t *testing.T) {
-					t.Parallel()
-					testServerClock(t, newClient(), l)
-				})
-			}
-		})
-	}
+	redistest.Servers(t, func(t *testing.T, newClient func() redis.UniversalClient) {
+		for _, a := range suiteAlgorithms {
+			l := a.limit
+			l.Period = 200 * time.Millisecond
+			t.Run(a.name, func(t *testing.T) {
+				t.Parallel()
+				testServerClock(t, newClient(), l)
+			})
+		}
+	})
 }
 
 func testServerClock(t *testing.T, rdb redis.UniversalClient, l core.Limit) {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -496,27 +495,7 @@ func testFailurePolicies(t *testing.T, a Adapter) {
 // testSlowRedis: a Redis that accepts connections and never answers costs
 // a request the timeout, not forever.
 func testSlowRedis(t *testing.T, a Adapter) {
-	ln, lerr := net.Listen("tcp", "127.0.0.1:0")
-	if lerr != nil {
-		t.Fatal(lerr)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() { // accept and hold connections, never reply
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
-	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Silent(t), MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	errs := make(chan error, 1)
 	opts := []redlimit.Option{redlimit.WithTimeout(50 * time.Millisecond), redlimit.WithFailure(redlimit.FailClosed),
@@ -540,52 +519,38 @@ func testSlowRedis(t *testing.T, a Adapter) {
 // testInstances: several app instances, each with its own Redis client and
 // limiter, share one limit exactly, on standalone Redis and on a cluster.
 func testInstances(t *testing.T, a Adapter) {
-	servers := map[string]func(t *testing.T) func() redis.UniversalClient{
-		"standalone": func(t *testing.T) func() redis.UniversalClient {
-			s := redistest.Standalone(t)
-			return func() redis.UniversalClient { return s.Client(t) }
-		},
-		"cluster": func(t *testing.T) func() redis.UniversalClient {
-			c := redistest.NewCluster(t, 3)
-			return func() redis.UniversalClient { return c.Client(t) }
-		},
-	}
-	for backend, start := range servers {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
-			newClient := start(t)
-			const instances, clients, limit = 4, 4, 30
-			mw := &Mw{core.PerHour(limit), []redlimit.Option{redlimit.WithName("shared"), redlimit.WithTimeout(5 * time.Second)}}
-			var apps []http.Handler
-			for i := 0; i < instances; i++ {
-				apps = append(apps, build(t, a, Spec{Limiter: core.New(newClient(), core.WithPrefix(t.Name()+":")), Global: mw}))
-			}
-			var ok, denied, other atomic.Int64
-			var wg sync.WaitGroup
-			deadline := time.Now().Add(30 * time.Second)
-			for i := 0; i < instances*clients; i++ {
-				wg.Add(1)
-				go func(app http.Handler) {
-					defer wg.Done()
-					for j := 0; j < 3*limit/clients && time.Now().Before(deadline); j++ {
-						switch (req{path: "/users/1"}).send(app).Code {
-						case http.StatusOK:
-							ok.Add(1)
-						case http.StatusTooManyRequests:
-							denied.Add(1)
-						default:
-							other.Add(1)
-						}
+	redistest.Servers(t, func(t *testing.T, newClient func() redis.UniversalClient) {
+		const instances, clients, limit = 4, 4, 30
+		mw := &Mw{core.PerHour(limit), []redlimit.Option{redlimit.WithName("shared"), redlimit.WithTimeout(5 * time.Second)}}
+		var apps []http.Handler
+		for i := 0; i < instances; i++ {
+			apps = append(apps, build(t, a, Spec{Limiter: core.New(newClient(), core.WithPrefix(t.Name()+":")), Global: mw}))
+		}
+		var ok, denied, other atomic.Int64
+		var wg sync.WaitGroup
+		deadline := time.Now().Add(30 * time.Second)
+		for i := 0; i < instances*clients; i++ {
+			wg.Add(1)
+			go func(app http.Handler) {
+				defer wg.Done()
+				for j := 0; j < 3*limit/clients && time.Now().Before(deadline); j++ {
+					switch (req{path: "/users/1"}).send(app).Code {
+					case http.StatusOK:
+						ok.Add(1)
+					case http.StatusTooManyRequests:
+						denied.Add(1)
+					default:
+						other.Add(1)
 					}
-				}(apps[i%instances])
-			}
-			wg.Wait()
-			if ok.Load() != limit || other.Load() != 0 || ok.Load()+denied.Load() < 2*limit {
-				t.Fatalf("%d instances: %d served, %d denied, %d other; want exactly %d served and the rest denied",
-					instances, ok.Load(), denied.Load(), other.Load(), limit)
-			}
-		})
-	}
+				}
+			}(apps[i%instances])
+		}
+		wg.Wait()
+		if ok.Load() != limit || other.Load() != 0 || ok.Load()+denied.Load() < 2*limit {
+			t.Fatalf("%d instances: %d served, %d denied, %d other; want exactly %d served and the rest denied",
+				instances, ok.Load(), denied.Load(), other.Load(), limit)
+		}
+	})
 }
 
 // Bench measures one request through the app with a global limit ("limited")

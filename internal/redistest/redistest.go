@@ -287,3 +287,51 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// Servers runs f as two parallel subtests, "standalone" and "cluster", on a
+// fresh standalone server and a fresh 3-master cluster. newClient makes an
+// independent client of that Redis each time it is called (its own pool, as
+// another app instance would have), closed when the test ends.
+func Servers(t *testing.T, f func(t *testing.T, newClient func() redis.UniversalClient)) {
+	t.Run("standalone", func(t *testing.T) {
+		t.Parallel()
+		s := Standalone(t)
+		f(t, func() redis.UniversalClient { return s.Client(t) })
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		c := NewCluster(t, 3)
+		f(t, func() redis.UniversalClient { return c.Client(t) })
+	})
+}
+
+// Silent returns the address of a loopback server that accepts connections
+// and never answers: a Redis that hangs. It stops when the test ends.
+func Silent(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	return ln.Addr().String()
+}
