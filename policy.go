@@ -379,7 +379,7 @@ var errTimeout = errors.New("no answer from Redis in time")
 // rather than through a context deadline: go-redis leaves socket deadlines
 // to its own ReadTimeout and DialTimeout (seconds) unless the client was
 // made with ContextTimeoutEnabled. A call given up on finishes in the
-// background, bounded by those.
+// background, bounded by those, and counts if it reaches Redis.
 func (p *Policy) allow(ctx context.Context, key string) (core.Result, error) {
 	if p.timeout <= 0 {
 		return p.lim.AllowN(ctx, key, p.limit, p.cost)

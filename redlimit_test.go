@@ -23,10 +23,14 @@ import (
 
 var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// embedded returns a Limiter on a fresh miniredis with a still clock. Its
+// client gives up on a refused connection at once, so that a decision made
+// while the server is closed fails before the policy's timeout, instead of
+// retrying in the background and landing after a Restart.
 func embedded(t *testing.T) (*core.Limiter, *miniredis.Miniredis) {
 	m := miniredis.RunT(t)
 	m.SetTime(t0)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
 	return core.New(rdb), m
 }
