@@ -135,7 +135,9 @@ func WithTimeout(d time.Duration) Option {
 // WithDryRun makes the policy decide and report but never block: every
 // request passes, no rate-limit headers are sent, and requests that would
 // have been denied are logged with log/slog at info level and reported to
-// the observer with Decision.DryRun set. Use it to roll out a new limit.
+// the observer with Decision.DryRun set. Requests without a key and Redis
+// failures pass too, whatever the failure policy. Use it to roll out a new
+// limit.
 func WithDryRun() Option {
 	return func(p *Policy) { p.dryRun = true }
 }
@@ -326,7 +328,12 @@ func (p *Policy) decide(w http.ResponseWriter, r *http.Request) Decision {
 	}
 	key, err := p.key(r)
 	if err != nil {
-		d.Status, d.Err = http.StatusBadRequest, err
+		d.Err = err
+		if p.dryRun {
+			d.DryRun = true // would have answered 400
+		} else {
+			d.Status = http.StatusBadRequest
+		}
 		return d
 	}
 	d.Key = p.keyPrefix + hashLong(key)
@@ -338,14 +345,14 @@ func (p *Policy) decide(w http.ResponseWriter, r *http.Request) Decision {
 			return d
 		}
 		p.reportError(r, d.Err)
-		switch p.failure {
-		case FailClosed:
+		switch {
+		case p.failure == FailLocal:
+			d.Result, d.Local = p.local.allow(d.Key, time.Now(), p.cost), true
+		case p.failure == FailClosed && !p.dryRun:
 			d.Status = http.StatusServiceUnavailable
 			setRetryAfter(w.Header(), time.Second)
 			return d
-		case FailLocal:
-			d.Result, d.Local = p.local.allow(d.Key, time.Now(), p.cost), true
-		default:
+		default: // fail open, or a dry run, which never blocks
 			return d
 		}
 	}

@@ -250,3 +250,23 @@ func TestDefaultTimeout(t *testing.T) {
 		t.Fatalf("error %v, want a deadline of %v", got, redlimit.DefaultTimeout)
 	}
 }
+
+// TestDryRunNeverBlocks: not for a denial, a missing key, or a Redis
+// failure under FailClosed.
+func TestDryRunNeverBlocks(t *testing.T) {
+	t.Parallel()
+	lim, m := embedded(t)
+	p := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithDryRun(), redlimit.WithFailure(redlimit.FailClosed),
+		redlimit.WithErrorHandler(func(*http.Request, error) {}))
+	decide(p, "192.0.2.1:1")
+	if d, w := decide(p, "192.0.2.1:1"); !d.Allowed() || !d.DryRun || len(w.Header()) != 0 {
+		t.Fatalf("over the limit: %+v %v, want a pass reported as a dry-run denial, no headers", d, w.Header())
+	}
+	if d, _ := decide(p, "not an address"); !d.Allowed() || !d.DryRun || !errors.Is(d.Err, keyfunc.ErrNoKey) {
+		t.Fatalf("no key: %+v, want a pass", d)
+	}
+	m.Close()
+	if d, w := decide(p, "192.0.2.1:1"); !d.Allowed() || d.Err == nil || len(w.Header()) != 0 {
+		t.Fatalf("Redis gone, fail closed: %+v %v, want a pass", d, w.Header())
+	}
+}
