@@ -1,0 +1,32 @@
+module github.com/redlimit/redlimit/bench
+
+go 1.25.0
+
+require (
+	github.com/go-chi/httprate v0.16.1
+	github.com/go-redis/redis_rate/v10 v10.0.1
+	github.com/labstack/echo/v4 v4.16.0
+	github.com/redis/go-redis/v9 v9.22.0
+	github.com/redlimit/redlimit v0.0.0
+	github.com/ulule/limiter/v3 v3.11.2
+	golang.org/x/time v0.15.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/klauspost/cpuid/v2 v2.3.0 // indirect
+	github.com/labstack/gommon v0.5.0 // indirect
+	github.com/mattn/go-colorable v0.1.15 // indirect
+	github.com/mattn/go-isatty v0.0.22 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
+	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	github.com/valyala/fasttemplate v1.2.2 // indirect
+	github.com/zeebo/xxh3 v1.1.0 // indirect
+	go.uber.org/atomic v1.11.0 // indirect
+	golang.org/x/crypto v0.53.0 // indirect
+	golang.org/x/net v0.56.0 // indirect
+	golang.org/x/sys v0.46.0 // indirect
+	golang.org/x/text v0.40.0 // indirect
+)
+
+replace github.com/redlimit/redlimit => ../
