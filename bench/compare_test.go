@@ -12,8 +12,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -89,31 +87,18 @@ func BenchmarkDecision(b *testing.B) {
 	}
 }
 
-// serverTotals sums usec and calls of the script commands (EVALSHA, EVAL)
-// in INFO commandstats. Every limiter here decides in one script call;
-// commands a script runs inside are listed separately but their time is
-// already part of the script's, so they are not added.
+// serverTotals sums usec and calls of the script commands (EVALSHA, EVAL).
+// Every limiter here decides in one script call; commands a script runs
+// inside are listed separately, but their time is already part of the
+// script's, so they are not added.
 func serverTotals(b *testing.B, rdb *redis.Client) (usec, calls float64) {
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	stats, err := redistest.CommandStats(context.Background(), rdb)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
-		}
-		_, stats, _ := strings.Cut(line, ":")
-		for _, field := range strings.Split(stats, ",") {
-			name, value, _ := strings.Cut(field, "=")
-			f, _ := strconv.ParseFloat(value, 64)
-			switch name {
-			case "usec":
-				usec += f
-			case "calls":
-				calls += f
-			}
-		}
+	for _, cmd := range []string{"evalsha", "eval"} {
+		usec += stats[cmd].Usec
+		calls += stats[cmd].Calls
 	}
 	return usec, calls
 }

@@ -3,8 +3,6 @@ package core_test
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -79,25 +77,13 @@ func keyBytes(b *testing.B, rdb *redis.Client, l core.Limit) float64 {
 // serverMicrosPerCall reads usec_per_call of one command from INFO
 // commandstats.
 func serverMicrosPerCall(b *testing.B, rdb *redis.Client, cmd string) float64 {
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	stats, err := redistest.CommandStats(context.Background(), rdb)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
-		if !ok {
-			continue
-		}
-		for _, field := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return f
-			}
-		}
+	s, ok := stats[cmd]
+	if !ok {
+		b.Fatalf("no %s in INFO commandstats", cmd)
 	}
-	b.Fatalf("no %s in INFO commandstats", cmd)
-	return 0
+	return s.UsecPerCall
 }

@@ -335,3 +335,42 @@ func Silent(t testing.TB) string {
 	}()
 	return ln.Addr().String()
 }
+
+// CommandStat is one command's line of INFO commandstats.
+type CommandStat struct {
+	Calls       float64
+	Usec        float64
+	UsecPerCall float64
+}
+
+// CommandStats reads INFO commandstats into a map keyed by command name
+// ("evalsha", "get", ...). After CONFIG RESETSTAT it measures what the
+// server spent on each command since.
+func CommandStats(ctx context.Context, rdb redis.UniversalClient) (map[string]CommandStat, error) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	stats := map[string]CommandStat{}
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var s CommandStat
+		for _, field := range strings.Split(fields, ",") {
+			key, value, _ := strings.Cut(field, "=")
+			f, _ := strconv.ParseFloat(value, 64)
+			switch key {
+			case "calls":
+				s.Calls = f
+			case "usec":
+				s.Usec = f
+			case "usec_per_call":
+				s.UsecPerCall = f
+			}
+		}
+		stats[strings.TrimPrefix(name, "cmdstat_")] = s
+	}
+	return stats, nil
+}
