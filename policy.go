@@ -33,6 +33,8 @@ const (
 	FailLocal
 )
 
+// String returns the policy's name: "fail-open", "fail-closed" or
+// "fail-local".
 func (f Failure) String() string {
 	switch f {
 	case FailOpen:

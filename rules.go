@@ -88,6 +88,7 @@ func (rs *RuleSet) add(lim *core.Limiter, pattern, spec string, opts []Option) (
 // rulePolicy marks a ServeMux entry as a rule's policy.
 type rulePolicy struct{ *Policy }
 
+// ServeHTTP is never called: ServeMux is only asked which entry matches.
 func (rulePolicy) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
 // Match returns the policy of the rule that matches r, or nil.
