@@ -592,8 +592,13 @@ type discard struct {
 	status int
 }
 
-func (d *discard) Header() http.Header  { return d.header }
+// Header returns the reused header map.
+func (d *discard) Header() http.Header { return d.header }
+
+// WriteHeader records the status.
 func (d *discard) WriteHeader(code int) { d.status = code }
+
+// Write discards p, recording 200 if no status was written.
 func (d *discard) Write(p []byte) (int, error) {
 	if d.status == 0 {
 		d.status = http.StatusOK
