@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/redlimit/redlimit/keyfunc"
@@ -145,4 +146,41 @@ func TestJoinEscapes(t *testing.T) {
 	if ka == kb {
 		t.Fatalf("different requests share the joined key %q", ka)
 	}
+}
+
+// FuzzIP: whatever a client sends as its address and forwarding headers,
+// IP never panics and returns an "ip:" key or an ErrNoKey error; from an
+// untrusted peer, the headers never change the key.
+func FuzzIP(f *testing.F) {
+	for _, seed := range [][3]string{
+		{"203.0.113.7:1", "198.51.100.1", ""},
+		{"10.0.0.1:1", "1.1.1.1, 198.51.100.1, 10.0.0.9", "198.51.100.2"},
+		{"[2001:db8::1]:443", "[2001:db8::2]:80, garbage", "::ffff:1.2.3.4"},
+		{"10.0.0.1:1", ",,, , ,", "[::1"},
+		{"pipe", "", ""},
+	} {
+		f.Add(seed[0], seed[1], seed[2])
+	}
+	trusted := keyfunc.IP(keyfunc.TrustProxies("10.0.0.0/8", "2001:db8::/32"), keyfunc.TrustHeader("X-Real-IP"))
+	plain := keyfunc.IP()
+	f.Fuzz(func(t *testing.T, remote, xff, real string) {
+		r := request(remote, "X-Forwarded-For", xff, "X-Real-IP", real)
+		for _, ip := range []keyfunc.Func{trusted, plain} {
+			key, err := ip(r)
+			if err != nil {
+				if !errors.Is(err, keyfunc.ErrNoKey) {
+					t.Fatalf("error %v does not wrap ErrNoKey", err)
+				}
+				continue
+			}
+			if !strings.HasPrefix(key, "ip:") {
+				t.Fatalf("key %q", key)
+			}
+		}
+		bare, errBare := plain(request(remote))
+		withHeaders, errHeaders := plain(r)
+		if bare != withHeaders || (errBare == nil) != (errHeaders == nil) {
+			t.Fatalf("untrusted peer %q: headers changed the key from %q to %q", remote, bare, withHeaders)
+		}
+	})
 }
