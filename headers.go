@@ -94,7 +94,11 @@ func (v *headerValues) set(h http.Header, res core.Result, denied bool) {
 	// One backing array for every value; each header gets a full slice of
 	// it (len == cap), so appending to one cannot overwrite another.
 	vals := make([]string, 0, 3)
-	if v.profile == HeadersXRateLimit || v.profile == HeadersBoth {
+	// Another policy may have answered this request already (a global and
+	// a per-route limit): X-RateLimit-* then describe the more restrictive
+	// of the two, or the one that denies, and the draft's fields, which are
+	// lists, get one item each.
+	if (v.profile == HeadersXRateLimit || v.profile == HeadersBoth) && (denied || !moreRestrictive(h, res.Remaining)) {
 		vals = append(vals, remaining, reset)
 		h[keyLimit] = v.limit
 		h[keyRemaining] = vals[0:1:1]
@@ -102,12 +106,29 @@ func (v *headerValues) set(h http.Header, res core.Result, denied bool) {
 	}
 	if v.profile == HeadersDraft || v.profile == HeadersBoth {
 		vals = append(vals, v.quoted+";r="+remaining+";t="+reset)
-		h[keyPolicy] = v.policy
-		h[keyRateLimit] = vals[len(vals)-1 : len(vals) : len(vals)]
+		item := vals[len(vals)-1 : len(vals) : len(vals)]
+		if _, seen := h[keyRateLimit]; seen {
+			h[keyPolicy] = append(h[keyPolicy], v.policy...)
+			h[keyRateLimit] = append(h[keyRateLimit], item...)
+		} else {
+			h[keyPolicy] = v.policy
+			h[keyRateLimit] = item
+		}
 	}
 	if denied {
 		setRetryAfter(h, res.RetryAfter)
 	}
+}
+
+// moreRestrictive reports whether h already carries an X-RateLimit-Remaining
+// no greater than remaining, from a policy that answered first.
+func moreRestrictive(h http.Header, remaining int) bool {
+	prev, ok := h[keyRemaining]
+	if !ok || len(prev) != 1 {
+		return false
+	}
+	n, err := strconv.Atoi(prev[0])
+	return err == nil && n <= remaining
 }
 
 // setRetryAfter writes d as delay-seconds, rounded up, never 0.

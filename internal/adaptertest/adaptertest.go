@@ -161,6 +161,7 @@ func Run(t *testing.T, a Adapter) {
 		{"RouteKeys", testRouteKeys},
 		{"PerRoute", testPerRoute},
 		{"PoliciesApart", testPoliciesApart},
+		{"TwoPoliciesHeaders", testTwoPoliciesHeaders},
 		{"Rules", testRules},
 		{"RulesErrors", testRulesErrors},
 		{"Shaping", testShaping},
@@ -350,6 +351,40 @@ func testPoliciesApart(t *testing.T, a Adapter) {
 	}
 	expect(t, "login over", req{method: http.MethodPost, path: "/login"}.send(h), http.StatusTooManyRequests)
 	expect(t, "users has its own state", req{path: "/users/1"}.send(h), http.StatusOK, "X-RateLimit-Remaining", "1")
+}
+
+// testTwoPoliciesHeaders: when a global and a per-route limit both pass a
+// request, X-RateLimit-* describe the more restrictive one, and the draft
+// fields list both.
+func testTwoPoliciesHeaders(t *testing.T, a Adapter) {
+	login := req{method: http.MethodPost, path: "/login"}
+	h := build(t, a, Spec{Limiter: embedded(t),
+		Global: &Mw{core.PerMinute(1), []redlimit.Option{redlimit.WithName("global")}},
+		Login:  &Mw{core.PerMinute(5), []redlimit.Option{redlimit.WithName("login")}}})
+	expect(t, "global 1/m, login 5/m", login.send(h), http.StatusOK,
+		"X-RateLimit-Limit", "1", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "60")
+
+	// The second policy denies after the first passed: the denier's
+	// headers, matching its Retry-After.
+	h = build(t, a, Spec{Limiter: embedded(t),
+		Global: &Mw{core.PerMinute(2), []redlimit.Option{redlimit.WithName("global")}},
+		Login:  &Mw{core.PerHour(1), []redlimit.Option{redlimit.WithName("login")}}})
+	login.send(h)
+	expect(t, "login denies after global passed", login.send(h), http.StatusTooManyRequests,
+		"X-RateLimit-Limit", "1", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "3600", "Retry-After", "3600")
+
+	draft := []redlimit.Option{redlimit.WithHeaders(redlimit.HeadersDraft)}
+	h = build(t, a, Spec{Limiter: embedded(t),
+		Global: &Mw{core.PerMinute(10), append(draft, redlimit.WithName("global"))},
+		Login:  &Mw{core.PerMinute(5), append(draft, redlimit.WithName("login"))}})
+	w := login.send(h)
+	expect(t, "draft, two policies", w, http.StatusOK)
+	if got := w.Header().Values("RateLimit"); strings.Join(got, ", ") != `"global";r=9;t=6, "login";r=4;t=12` {
+		t.Fatalf("RateLimit %q, want one item per policy", got)
+	}
+	if got := w.Header().Values("RateLimit-Policy"); strings.Join(got, ", ") != `"global";q=10;w=60, "login";q=5;w=60` {
+		t.Fatalf("RateLimit-Policy %q, want one item per policy", got)
+	}
 }
 
 func testRules(t *testing.T, a Adapter) {
