@@ -174,6 +174,12 @@ var backends = []backend{
 			return realWorld(t, func() redis.UniversalClient { return cl.Client(t) })
 		}
 	}},
+	{"sentinel", func(t *testing.T) func(*testing.T) *world {
+		s := redistest.NewSentinel(t)
+		return func(t *testing.T) *world {
+			return realWorld(t, func() redis.UniversalClient { return s.Client(t) })
+		}
+	}},
 }
 
 // miniredisWorld: a server of its own whose clock (TIME, and key TTLs) the

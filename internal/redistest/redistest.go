@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,21 +65,30 @@ func serverPath(t testing.TB) string {
 // answers PING. It is stopped when the test and its subtests end.
 func Standalone(t testing.TB) *Server {
 	t.Helper()
-	return start(t, serverPath(t), false)
+	return start(t, serverPath(t), standalone)
 }
 
-// start launches a server on a free port, retrying a few times in case
+// mode says what kind of process to start.
+type mode int
+
+const (
+	standalone mode = iota
+	clusterNode
+	sentinel // args: the address of the master to monitor
+)
+
+// start launches a process on a free port, retrying a few times in case
 // another process takes the port between choosing and binding it.
-func start(t testing.TB, path string, cluster bool) *Server {
+func start(t testing.TB, path string, m mode, args ...string) *Server {
 	t.Helper()
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort(cluster)
+		port, err := freePort(m == clusterNode)
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		s, err := launch(t, path, port, cluster)
+		s, err := launch(t, path, port, m, args...)
 		if err == nil {
 			return s
 		}
@@ -88,17 +98,28 @@ func start(t testing.TB, path string, cluster bool) *Server {
 	return nil
 }
 
-func launch(t testing.TB, path string, port int, cluster bool) (*Server, error) {
+func launch(t testing.TB, path string, port int, m mode, extra ...string) (*Server, error) {
 	dir := t.TempDir()
 	args := []string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", dir,
 		"--loglevel", "warning", "--logfile", "",
 	}
-	if cluster {
+	switch m {
+	case clusterNode:
 		args = append(args, "--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "5000")
+	case sentinel:
+		// A sentinel needs a configuration file it can rewrite.
+		host, masterPort, _ := net.SplitHostPort(extra[0])
+		conf := filepath.Join(dir, "sentinel.conf")
+		body := fmt.Sprintf("sentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 5000\n",
+			SentinelMaster, host, masterPort, SentinelMaster)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			return nil, err
+		}
+		args = append([]string{conf, "--sentinel"}, args[:4]...) // port and bind only
 	}
 	cmd := exec.Command(path, args...)
 	var out lockedBuffer
@@ -175,7 +196,7 @@ func NewCluster(t testing.TB, masters int) *Cluster {
 	path := serverPath(t)
 	c := &Cluster{}
 	for i := 0; i < masters; i++ {
-		c.Nodes = append(c.Nodes, start(t, path, true))
+		c.Nodes = append(c.Nodes, start(t, path, clusterNode))
 	}
 	if err := c.form(); err != nil {
 		t.Fatalf("redistest: forming a %d-master cluster: %v", masters, err)
@@ -290,10 +311,11 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// Servers runs f as two parallel subtests, "standalone" and "cluster", on a
-// fresh standalone server and a fresh 3-master cluster. newClient makes an
-// independent client of that Redis each time it is called (its own pool, as
-// another app instance would have), closed when the test ends.
+// Servers runs f as parallel subtests "standalone", "cluster" and
+// "sentinel", on a fresh standalone server, a fresh 3-master cluster and a
+// fresh master behind a Sentinel. newClient makes an independent client of
+// that Redis each time it is called (its own pool, as another app instance
+// would have), closed when the test ends.
 func Servers(t *testing.T, f func(t *testing.T, newClient func() redis.UniversalClient)) {
 	t.Run("standalone", func(t *testing.T) {
 		t.Parallel()
@@ -304,6 +326,11 @@ func Servers(t *testing.T, f func(t *testing.T, newClient func() redis.Universal
 		t.Parallel()
 		c := NewCluster(t, 3)
 		f(t, func() redis.UniversalClient { return c.Client(t) })
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		s := NewSentinel(t)
+		f(t, func() redis.UniversalClient { return s.Client(t) })
 	})
 }
 
@@ -375,4 +402,75 @@ func CommandStats(ctx context.Context, rdb redis.UniversalClient) (map[string]Co
 		stats[strings.TrimPrefix(name, "cmdstat_")] = s
 	}
 	return stats, nil
+}
+
+// SentinelMaster is the name under which Sentinel monitors the master.
+const SentinelMaster = "redistest"
+
+// Sentinel is a master and a Sentinel monitoring it, as a Redis Sentinel
+// deployment is seen by clients.
+type Sentinel struct {
+	Master   *Server
+	Sentinel *Server
+
+	clients []*redis.Client
+	next    atomic.Int64
+}
+
+// sentinelClients is how many independent Sentinel-aware clients
+// NewSentinel prepares. They are made up front, concurrently, because
+// go-redis's NewFailoverClient looks up a host name while it constructs
+// (maintenance-notification endpoint detection), which stalls for the
+// resolver's timeout, 2 s here, on a host without DNS.
+const sentinelClients = 8
+
+// NewSentinel starts a master and one Sentinel monitoring it, and returns
+// once the Sentinel reports the master's address. Both stop when the test
+// ends.
+func NewSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	path := serverPath(t)
+	master := start(t, path, standalone)
+	s := &Sentinel{Master: master, Sentinel: start(t, path, sentinel, master.Addr)}
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr})
+	defer c.Close()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		addr, err := c.GetMasterAddrByName(ctx, SentinelMaster).Result()
+		cancel()
+		if err == nil && len(addr) == 2 && net.JoinHostPort(addr[0], addr[1]) == master.Addr {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: the sentinel on %s does not report master %s: %v %v", s.Sentinel.Addr, master.Addr, addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	s.clients = make([]*redis.Client, sentinelClients)
+	var wg sync.WaitGroup
+	for i := range s.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.clients[i] = redis.NewFailoverClient(&redis.FailoverOptions{
+				MasterName: SentinelMaster, SentinelAddrs: []string{s.Sentinel.Addr}})
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, c := range s.clients {
+			_ = c.Close()
+		}
+	})
+	return s
+}
+
+// Client returns a Sentinel-aware client (go-redis's FailoverClient, asking
+// the Sentinel for the master). Consecutive calls return different clients,
+// each with its own pool, cycling through a fixed set of eight that close
+// when the test that made the Sentinel ends.
+func (s *Sentinel) Client(testing.TB) *redis.Client {
+	return s.clients[int(s.next.Add(1)-1)%len(s.clients)]
 }

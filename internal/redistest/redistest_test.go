@@ -71,6 +71,24 @@ func TestCluster(t *testing.T) {
 	}
 }
 
+func TestSentinel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := redistest.NewSentinel(t)
+	c := s.Client(t)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The write went to the master the Sentinel named.
+	if got := s.Master.Client(t).Get(ctx, "k").Val(); got != "v" {
+		t.Fatalf("master has k = %q, want v", got)
+	}
+	script := redis.NewScript(`return redis.call('INCR', KEYS[1])`)
+	if n, err := script.Run(ctx, c, []string{"n"}).Int(); err != nil || n != 1 {
+		t.Fatalf("a script through Sentinel: %d, %v", n, err)
+	}
+}
+
 // tb records how a helper ends a test instead of ending the real one.
 type tb struct {
 	testing.TB
