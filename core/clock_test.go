@@ -59,3 +59,43 @@ func testServerClock(t *testing.T, rdb redis.UniversalClient, l core.Limit) {
 	}
 	check(t, "after expiry", allowN(t, lim, "k", l, 1), true, burstOf(l)-1)
 }
+
+// TestSentinelFailover: state written before the master fails survives on
+// the replica Sentinel promotes, and the same clients go on deciding
+// through the new master, with no free allowance after the failover.
+func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := redistest.NewSentinel(t)
+	s.AddReplica(t)
+	rdb := s.Client(t)
+	lim := core.New(rdb, core.WithPrefix(uniquePrefix()))
+	for _, a := range suiteAlgorithms {
+		drain(t, lim, a.name, a.limit)
+	}
+	// Make sure the replica has it all before the master goes.
+	if n, err := rdb.Wait(ctx, 1, 5000).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT for the replica: %d, %v", n, err)
+	}
+	s.Master.Stop()
+
+	stopped := time.Now()
+	deadline := stopped.Add(30 * time.Second)
+	for {
+		_, err := lim.Allow(ctx, "probe", core.PerHour(1000))
+		if err == nil {
+			t.Logf("decisions resumed %v after the master stopped", time.Since(stopped).Round(100*time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no decision 30s after the master stopped: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, a := range suiteAlgorithms {
+		res := allowN(t, lim, a.name, a.limit, 1)
+		if res.Allowed {
+			t.Errorf("%s: allowed after failover, though drained before it: %+v", a.name, res)
+		}
+	}
+}

@@ -75,6 +75,7 @@ const (
 	standalone mode = iota
 	clusterNode
 	sentinel // args: the address of the master to monitor
+	replica  // args: the address of the master to follow
 )
 
 // start launches a process on a free port, retrying a few times in case
@@ -110,12 +111,16 @@ func launch(t testing.TB, path string, port int, m mode, extra ...string) (*Serv
 		args = append(args, "--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "5000")
+	case replica: // args: the address of the master to follow
+		host, masterPort, _ := net.SplitHostPort(extra[0])
+		args = append(args, "--replicaof", host, masterPort)
 	case sentinel:
 		// A sentinel needs a configuration file it can rewrite.
 		host, masterPort, _ := net.SplitHostPort(extra[0])
 		conf := filepath.Join(dir, "sentinel.conf")
-		body := fmt.Sprintf("sentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 5000\n",
-			SentinelMaster, host, masterPort, SentinelMaster)
+		body := fmt.Sprintf("sentinel monitor %[1]s %[2]s %[3]s 1\n"+
+			"sentinel down-after-milliseconds %[1]s 1000\nsentinel failover-timeout %[1]s 10000\n",
+			SentinelMaster, host, masterPort)
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 			return nil, err
 		}
@@ -465,6 +470,32 @@ func NewSentinel(t testing.TB) *Sentinel {
 		}
 	})
 	return s
+}
+
+// AddReplica starts a replica of the master and returns once the master
+// and the Sentinel both know it, so that Sentinel can promote it when the
+// master fails. It stops when the test ends.
+func (s *Sentinel) AddReplica(t testing.TB) *Server {
+	t.Helper()
+	r := start(t, serverPath(t), replica, s.Master.Addr)
+	master := redis.NewClient(&redis.Options{Addr: s.Master.Addr})
+	defer master.Close()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr})
+	defer sc.Close()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err := master.Info(ctx, "replication").Result()
+		replicas, serr := sc.Replicas(ctx, SentinelMaster).Result()
+		cancel()
+		if err == nil && serr == nil && strings.Contains(info, "connected_slaves:1") && len(replicas) == 1 {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: replica %s not known to the master and the sentinel: %v %v", r.Addr, err, serr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Client returns a Sentinel-aware client (go-redis's FailoverClient, asking
