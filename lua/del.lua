@@ -1,4 +1,5 @@
 -- del: forget the state of one identity.
 -- KEYS    every key one algorithm keeps for it (one hash tag, one slot).
+-- ARGV    none.
 -- Reply   the number of keys removed.
 return redis.call('DEL', unpack(KEYS))
