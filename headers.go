@@ -68,14 +68,10 @@ type headerValues struct {
 }
 
 func newHeaderValues(profile HeaderProfile, name string, l core.Limit) headerValues {
-	burst := l.Burst
-	if burst == 0 {
-		burst = l.Rate
-	}
 	q := sfString(name)
 	return headerValues{
 		profile: profile,
-		limit:   []string{strconv.Itoa(burst)},
+		limit:   []string{strconv.Itoa(l.Capacity())},
 		policy:  []string{q + ";q=" + strconv.Itoa(l.Rate) + ";w=" + strconv.FormatInt(seconds(l.Period), 10)},
 		quoted:  q,
 	}

@@ -21,12 +21,8 @@ type localLimiter struct {
 }
 
 func newLocalLimiter(l core.Limit, max int) *localLimiter {
-	burst := l.Burst
-	if burst == 0 {
-		burst = l.Rate
-	}
 	interval := (l.Period + time.Duration(l.Rate) - 1) / time.Duration(l.Rate)
-	return &localLimiter{limit: l, interval: interval, span: time.Duration(burst) * interval,
+	return &localLimiter{limit: l, interval: interval, span: time.Duration(l.Capacity()) * interval,
 		max: max, tat: make(map[string]time.Time)}
 }
 

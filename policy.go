@@ -260,10 +260,7 @@ func NewPolicy(lim *core.Limiter, limit core.Limit, opts ...Option) (*Policy, er
 	for _, opt := range opts {
 		opt(p)
 	}
-	burst := limit.Burst
-	if burst == 0 {
-		burst = limit.Rate
-	}
+	burst := limit.Capacity()
 	switch {
 	case p.key == nil:
 		return nil, errors.New("redlimit: WithKey(nil)")

@@ -270,3 +270,27 @@ func TestDryRunNeverBlocks(t *testing.T) {
 		t.Fatalf("Redis gone, fail closed: %+v %v, want a pass", d, w.Header())
 	}
 }
+
+// TestLimitHeaderIsTheBurst: X-RateLimit-Limit is the limit's capacity (the
+// burst), RateLimit-Policy's q its rate; a skipped request is marked so and
+// gets no headers.
+func TestLimitHeaderIsTheBurst(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t)
+	l := core.Limit{Rate: 10, Period: time.Second, Burst: 25}
+	p := redlimit.MustPolicy(lim, l, redlimit.WithName("burst"), redlimit.WithHeaders(redlimit.HeadersBoth),
+		redlimit.WithSkip(func(r *http.Request) bool { return r.RemoteAddr == "192.0.2.9:1" }))
+	_, w := decide(p, "192.0.2.1:1")
+	if got := w.Header().Get(redlimit.HeaderLimit); got != "25" {
+		t.Errorf("X-RateLimit-Limit %q, want the burst 25", got)
+	}
+	if got := w.Header().Get(redlimit.HeaderRemaining); got != "24" {
+		t.Errorf("X-RateLimit-Remaining %q, want 24", got)
+	}
+	if got := w.Header().Get(redlimit.HeaderPolicy); got != `"burst";q=10;w=1` {
+		t.Errorf("RateLimit-Policy %q, want q=10 (the rate)", got)
+	}
+	if d, w := decide(p, "192.0.2.9:1"); !d.Skipped || !d.Allowed() || len(w.Header()) != 0 {
+		t.Errorf("skipped request: %+v %v", d, w.Header())
+	}
+}

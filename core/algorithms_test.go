@@ -361,7 +361,7 @@ func TestInstanceScope(t *testing.T) {
 		t.Run(a.name, func(t *testing.T) {
 			t.Parallel()
 			eachBackend(t, func(t *testing.T, w *world) {
-				l, b := a.limit, burstOf(a.limit)
+				l, b := a.limit, a.limit.Capacity()
 				scoped := func(id string) *core.Limiter {
 					return core.New(w.newClient(), append(w.opts, core.WithInstance(id))...)
 				}

@@ -117,8 +117,10 @@ func (l Limit) algorithm() Algorithm {
 	return l.Algorithm
 }
 
-// burst returns the effective burst: 0 is Rate.
-func (l Limit) burst() int {
+// Capacity returns how many events can pass at once: Burst, or Rate when
+// Burst is 0. It is the most Result.Remaining can be, and what the HTTP
+// layer sends as X-RateLimit-Limit.
+func (l Limit) Capacity() int {
 	if l.Burst == 0 {
 		return l.Rate
 	}

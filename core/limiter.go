@@ -62,7 +62,7 @@ var algorithms = map[Algorithm]algorithmSpec{
 		plain: newVariant(lua.GCRA, string(GCRA)),
 		span: func(l Limit) float64 {
 			interval := (micros(l.Period) + int64(l.Rate) - 1) / int64(l.Rate)
-			return float64(l.burst()) * float64(interval)
+			return float64(l.Capacity()) * float64(interval)
 		},
 	},
 	TokenBucket: {
@@ -97,7 +97,7 @@ var algorithms = map[Algorithm]algorithmSpec{
 // period/gcd(period, rate) units each.
 func unitSpan(l Limit) float64 {
 	p := micros(l.Period)
-	return float64(l.burst()) * float64(p/gcd(p, int64(l.Rate)))
+	return float64(l.Capacity()) * float64(p/gcd(p, int64(l.Rate)))
 }
 
 // variant picks the script and key suffix for l, which must be valid.
@@ -161,8 +161,9 @@ type Result struct {
 // that is the point. It holds no state besides its options. The zero value
 // is not usable (its methods return an error); create Limiters with New.
 //
-// Keys are stored as <prefix>{<key>}:<algorithm>, so all state of one key
-// lands in one Redis Cluster slot. The key's Rate, Period and Burst are not
+// Keys are stored as <prefix>{<key>}:<algorithm>[:stepped][:<instance>]
+// (":stepped" for a stepped TokenBucket, the instance from WithInstance),
+// so all state of one key lands in one Redis Cluster slot. The key's Rate, Period and Burst are not
 // part of the name: a limit may change at run time and keep its state.
 type Limiter struct {
 	rdb      redis.Scripter
@@ -242,7 +243,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (R
 	if n < 0 {
 		return Result{}, fmt.Errorf("%w: AllowN(n=%d): n must not be negative", ErrInvalidCost, n)
 	}
-	burst := limit.burst()
+	burst := limit.Capacity()
 	cost := n
 	if n > burst {
 		cost = 0 // report the state; the answer is no

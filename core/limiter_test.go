@@ -2,8 +2,10 @@ package core_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -47,5 +49,42 @@ func TestRedisErrorsAreReturned(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), `gcra decision for "k"`) {
 		t.Fatalf("error %q does not say which decision failed", err)
+	}
+}
+
+func TestCapacity(t *testing.T) {
+	t.Parallel()
+	if got := core.PerMinute(7).Capacity(); got != 7 {
+		t.Errorf("Capacity of 7/m = %d, want the rate", got)
+	}
+	if got := (core.Limit{Rate: 7, Period: time.Minute, Burst: 20}).Capacity(); got != 20 {
+		t.Errorf("Capacity with Burst 20 = %d, want the burst", got)
+	}
+}
+
+// TestPrefixAndClockDefaults: WithPrefix("") writes keys with no prefix,
+// and WithClock(nil) restores the Redis clock.
+func TestPrefixAndClockDefaults(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := miniredis.RunT(t)
+	m.SetTime(t0)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+
+	far := t0.Add(24 * time.Hour) // a client clock a day ahead of Redis's
+	lim := core.New(rdb, core.WithPrefix(""), core.WithClock(func() time.Time { return far }), core.WithClock(nil))
+	res, err := lim.Allow(ctx, "k", core.PerHour(1))
+	if err != nil || !res.Allowed {
+		t.Fatalf("Allow: %+v, %v", res, err)
+	}
+	if !m.Exists("{k}:gcra") {
+		t.Fatalf("no key {k}:gcra with an empty prefix; keys: %v", m.Keys())
+	}
+	// The state is on Redis's clock: the theoretical arrival time is an
+	// hour after t0, not after the client clock that WithClock(nil) undid.
+	got, _ := m.Get("{k}:gcra")
+	if want := fmt.Sprint(t0.Add(time.Hour).UnixMicro()); got != want {
+		t.Fatalf("stored TAT %s, want %s (t0 + 1h)", got, want)
 	}
 }

@@ -46,7 +46,7 @@ var suiteAlgorithms = []suiteAlgorithm{
 
 // continuousRefill: one event back every Period/Rate, up to the burst.
 func continuousRefill(l core.Limit, d time.Duration) int {
-	return min(burstOf(l), int(d*time.Duration(l.Rate)/l.Period))
+	return min(l.Capacity(), int(d*time.Duration(l.Rate)/l.Period))
 }
 
 // windowRefill: nothing until the window that the drain opened has ended.
@@ -59,7 +59,7 @@ func windowRefill(l core.Limit, d time.Duration) int {
 
 // steppedRefill: Rate tokens at once at each full Period, up to the burst.
 func steppedRefill(l core.Limit, d time.Duration) int {
-	return min(burstOf(l), int(d/l.Period)*l.Rate)
+	return min(l.Capacity(), int(d/l.Period)*l.Rate)
 }
 
 // slidingRefill: the drained sub-bucket counts whole for a period, then
@@ -77,13 +77,6 @@ func buckets(l core.Limit) int {
 		return core.DefaultBuckets
 	}
 	return l.Buckets
-}
-
-func burstOf(l core.Limit) int {
-	if l.Burst == 0 {
-		return l.Rate
-	}
-	return l.Burst
 }
 
 // world is one isolated place to run a case: its own key prefix, a clock the
@@ -287,13 +280,13 @@ func check(t *testing.T, what string, res core.Result, allowed bool, remaining i
 // drain takes the whole burst at once and checks that it was all there.
 func drain(t *testing.T, lim *core.Limiter, key string, l core.Limit) core.Result {
 	t.Helper()
-	res := allowN(t, lim, key, l, burstOf(l))
+	res := allowN(t, lim, key, l, l.Capacity())
 	check(t, "drain", res, true, 0)
 	return res
 }
 
 func testCountdownAndDeny(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l, b := w.limiter(), a.limit, burstOf(a.limit)
+	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
 	for i := 1; i <= b; i++ {
 		res := allowN(t, lim, "k", l, 1)
 		check(t, fmt.Sprintf("request %d", i), res, true, b-i)
@@ -355,7 +348,7 @@ func testRefill(t *testing.T, w *world, a suiteAlgorithm) {
 }
 
 func testResetAfter(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l, b := w.limiter(), a.limit, burstOf(a.limit)
+	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
 	for _, used := range []int{1, b} {
 		key := fmt.Sprintf("used%d", used)
 		res := allowN(t, lim, key, l, used)
@@ -397,11 +390,11 @@ func testTTL(t *testing.T, w *world, a suiteAlgorithm) {
 	if n := w.admin.Exists(ctx, key).Val(); n != 0 {
 		t.Fatalf("%s still exists %v after ResetAfter %v", key, time.Millisecond, res.ResetAfter)
 	}
-	check(t, "first request after expiry", allowN(t, lim, "k", l, 1), true, burstOf(l)-1)
+	check(t, "first request after expiry", allowN(t, lim, "k", l, 1), true, l.Capacity()-1)
 }
 
 func testCost(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l, b := w.limiter(), a.limit, burstOf(a.limit)
+	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
 	check(t, "cost 3", allowN(t, lim, "k", l, 3), true, b-3)
 	for i := 0; i < 2; i++ {
 		check(t, "peek", allowN(t, lim, "k", l, 0), true, b-3)
@@ -414,7 +407,7 @@ func testCost(t *testing.T, w *world, a suiteAlgorithm) {
 }
 
 func testCostAboveBurst(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l, b := w.limiter(), a.limit, burstOf(a.limit)
+	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
 	for i := 0; i < 2; i++ {
 		res := allowN(t, lim, "k", l, b+1)
 		if res.Allowed || res.RetryAfter != core.InfDuration || res.Remaining != b {
@@ -458,7 +451,7 @@ func testInvalidInput(t *testing.T, w *world, a suiteAlgorithm) {
 	if cnt := countKeys(t, w); cnt != 0 {
 		t.Errorf("invalid input wrote %d keys", cnt)
 	}
-	check(t, "longest key", allowN(t, lim, strings.Repeat("x", core.MaxKeyLen), l, 1), true, burstOf(l)-1)
+	check(t, "longest key", allowN(t, lim, strings.Repeat("x", core.MaxKeyLen), l, 1), true, l.Capacity()-1)
 }
 
 // countKeys counts the keys under the world's prefix on every node.
@@ -483,7 +476,7 @@ func countKeys(t *testing.T, w *world) int {
 }
 
 func testScriptFlush(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l, b := w.limiter(), a.limit, burstOf(a.limit)
+	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
 	check(t, "before flush", allowN(t, lim, "k", l, 1), true, b-1)
 	w.flushScripts()
 	check(t, "after SCRIPT FLUSH", allowN(t, lim, "k", l, 1), true, b-2)
@@ -492,7 +485,7 @@ func testScriptFlush(t *testing.T, w *world, a suiteAlgorithm) {
 
 func testReset(t *testing.T, w *world, a suiteAlgorithm) {
 	ctx := context.Background()
-	lim, l, b := w.limiter(), a.limit, burstOf(a.limit)
+	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
 	if err := lim.Reset(ctx, "k", l); err != nil {
 		t.Fatalf("Reset of an unknown key: %v", err)
 	}
@@ -506,7 +499,7 @@ func testReset(t *testing.T, w *world, a suiteAlgorithm) {
 }
 
 func testKeysStayApart(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l, b := w.limiter(), a.limit, burstOf(a.limit)
+	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
 	// Keys that would collide or break the hash tag if not escaped.
 	tricky := []string{"a}b", "a%7Db", "}", "{", "{x}", "%", "%25", "user:1", "ユーザー"}
 	for _, k := range tricky {
@@ -536,7 +529,7 @@ func testLimitChange(t *testing.T, w *world, a suiteAlgorithm) {
 		bigger.Burst *= 2
 	}
 	res := allowN(t, lim, "k", bigger, 0)
-	if limit := burstOf(bigger) - burstOf(l); res.Remaining > limit {
+	if limit := bigger.Capacity() - l.Capacity(); res.Remaining > limit {
 		t.Fatalf("after draining %v, %v has Remaining %d, want at most %d: the state was lost",
 			l, bigger, res.Remaining, limit)
 	}
