@@ -55,13 +55,6 @@ type Adapter struct {
 // t0 is the embedded Redis's clock: it stands still unless a test moves it.
 var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
-var nameSeq atomic.Int64
-
-// name returns a policy name no other test uses.
-func name(prefix string) redlimit.Option {
-	return redlimit.WithName(fmt.Sprintf("%s-%d", prefix, nameSeq.Add(1)))
-}
-
 // embedded returns a Limiter on a fresh miniredis with a still clock.
 func embedded(t *testing.T) *core.Limiter {
 	m := miniredis.RunT(t)

@@ -38,7 +38,6 @@ type Server struct {
 	// Addr is host:port on the loopback interface.
 	Addr string
 
-	dir      string
 	cmd      *exec.Cmd
 	exited   chan struct{} // closed when the process has exited
 	stopOnce sync.Once
@@ -132,7 +131,7 @@ func launch(t testing.TB, path string, port int, m mode, extra ...string) (*Serv
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, cmd: cmd, exited: make(chan struct{})}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(s.exited) }()
 	t.Cleanup(s.Stop)
 
