@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,14 +34,20 @@ const RequireEnv = "REDLIMIT_REQUIRE_REDIS"
 // startTimeout bounds how long a server or cluster may take to come up.
 const startTimeout = 20 * time.Second
 
-// Server is one running redis-server process.
+// Server is one redis-server process on a fixed loopback port. Its methods
+// are safe for concurrent use; those that take a testing.TB end the test on
+// error, so call them from the test's goroutine.
 type Server struct {
-	// Addr is host:port on the loopback interface.
+	// Addr is host:port on the loopback interface. It never changes, not
+	// even across Restart.
 	Addr string
 
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed when the process has exited
-	stopOnce sync.Once
+	path string   // the redis-server binary
+	args []string // its arguments, reused by Restart
+
+	mu     sync.Mutex    // guards cmd and exited
+	cmd    *exec.Cmd     // the running process, nil once stopped
+	exited chan struct{} // closed when cmd has exited
 }
 
 // serverPath finds redis-server or ends the test: skip by default, fail when
@@ -125,26 +132,38 @@ func launch(t testing.TB, path string, port int, m mode, extra ...string) (*Serv
 		}
 		args = append([]string{conf, "--sentinel"}, args[:4]...) // port and bind only
 	}
-	cmd := exec.Command(path, args...)
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(s.exited) }()
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), path: path, args: args}
 	t.Cleanup(s.Stop)
-
-	if err := s.waitReady(); err != nil {
-		s.Stop()
-		return nil, fmt.Errorf("%w; server output:\n%s", err, out.String())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.run(); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
 
+// run starts the process and waits until it answers PING; if it does not,
+// run kills it and says why. The caller holds s.mu.
+func (s *Server) run() error {
+	cmd := exec.Command(s.path, s.args...)
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+	if err := waitReady(s.Addr, exited); err != nil {
+		s.kill()
+		return fmt.Errorf("%w; server output:\n%s", err, out.String())
+	}
+	return nil
+}
+
 // waitReady polls PING until the server answers, exits, or time runs out.
-func (s *Server) waitReady() error {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: time.Second, MaxRetries: -1})
+func waitReady(addr string, exited <-chan struct{}) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(startTimeout)
 	for {
@@ -155,14 +174,25 @@ func (s *Server) waitReady() error {
 			return nil
 		}
 		select {
-		case <-s.exited:
-			return fmt.Errorf("redis-server on %s exited before answering", s.Addr)
+		case <-exited:
+			return fmt.Errorf("redis-server on %s exited before answering", addr)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server on %s did not answer PING within %v: %v", s.Addr, startTimeout, err)
+			return fmt.Errorf("redis-server on %s did not answer PING within %v: %v", addr, startTimeout, err)
 		}
 	}
+}
+
+// kill sends SIGKILL to the process, if one runs, and waits for it to exit.
+// SIGKILL ends a paused (SIGSTOPped) process too. The caller holds s.mu.
+func (s *Server) kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+	s.cmd = nil
 }
 
 // Client returns a new client of its own (its own connection pool, as a
@@ -173,14 +203,131 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	return c
 }
 
-// Stop kills the server process and waits for it to exit. It is safe to
-// call more than once and is called by the test's cleanup anyway; call it
-// earlier to test what happens when Redis goes away.
+// Stop kills the server process, even a paused one, and waits for it to
+// exit. It is safe to call more than once and is called by the test's
+// cleanup anyway; call it earlier to test what happens when Redis goes
+// away, and Restart to bring it back.
 func (s *Server) Stop() {
-	s.stopOnce.Do(func() {
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kill()
+}
+
+// Pause freezes the process with SIGSTOP: it stops answering, but its
+// connections stay open and new ones are still accepted by the kernel, so
+// clients hang until their timeouts, as with a Redis stuck in a long
+// command or a lost network. Resume undoes it; Stop and Restart work on a
+// paused server. Pause and Resume may be called in any order, any number of
+// times, and do nothing once the server is stopped. Give clients a short
+// ReadTimeout and MaxRetries: -1: with go-redis's defaults one command to a
+// paused server blocks for about 10 s (3 s read timeout, retried).
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume lets a paused server run again with SIGCONT; it answers what it
+// was sent meanwhile. On a server that is not paused it does nothing.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+// signal sends sig to the process, if one runs.
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
+// restartTimeout bounds how long Restart retries binding the old port.
+const restartTimeout = 5 * time.Second
+
+// Restart kills the process (running, paused or already stopped) and
+// starts a fresh redis-server with the same arguments on the same port, so
+// Addr is unchanged and existing clients can reconnect, and returns once it
+// answers PING. Nothing persists: the new server starts EMPTY, as after a
+// crash without persistence. If the port cannot be bound at once (another
+// process took it, or it is in TIME_WAIT, though redis-server sets
+// SO_REUSEADDR) Restart retries for up to 5 s, then ends the test.
+//
+// A go-redis Client made before works at once afterwards, without a failed
+// command: its pool drops connections the old process closed and dials
+// anew. A redis.Conn (Client.Conn) stays broken ("Conn is in a bad state").
+//
+// Only standalone servers (Standalone, Sentinel.Master) are meant for it. A
+// cluster node, replica or sentinel is relaunched with its old arguments
+// too, so it rereads its nodes.conf or sentinel.conf, but whether it
+// rejoins cleanly is untested.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kill()
+	deadline := time.Now().Add(restartTimeout)
+	for {
+		err := s.run()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: restarting redis-server on %s: %v", s.Addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// adminTimeout bounds each command that the helpers below send.
+const adminTimeout = 5 * time.Second
+
+// admin sends one command on a fresh connection of its own, which none of
+// the test's clients share, and ends the test if it fails (as it does after
+// 5 s on a paused server).
+func (s *Server) admin(t testing.TB, args ...any) *redis.Cmd {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: 1, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	cmd := c.Do(ctx, args...)
+	if err := cmd.Err(); err != nil {
+		t.Fatalf("redistest: %v on %s: %v", args, s.Addr, err)
+	}
+	return cmd
+}
+
+// KillClients closes the connection of every normal client (CLIENT KILL
+// TYPE normal SKIPME yes), as a server-side timeout or a proxy dropping
+// connections would, and returns how many it closed. Replicas, Sentinel's
+// pub/sub connection and clients in SUBSCRIBE are not normal clients and
+// stay connected; Sentinel's command connection is normal and is closed.
+// As after Restart, a go-redis Client's pool dials anew and its next
+// command succeeds, while a redis.Conn stays broken.
+func (s *Server) KillClients(t testing.TB) int {
+	t.Helper()
+	n, _ := s.admin(t, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Int()
+	return n
+}
+
+// SlowFor makes the server hold back every client command, reads and writes
+// alike, for d (CLIENT PAUSE d ALL, rounded up to whole milliseconds), while
+// the process keeps running. It returns at once and the slowness ends by
+// itself; commands sent meanwhile are answered when it ends, or time out.
+// A d of 0 or less does nothing.
+func (s *Server) SlowFor(t testing.TB, d time.Duration) {
+	t.Helper()
+	if d <= 0 {
+		return
+	}
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	s.admin(t, "CLIENT", "PAUSE", int64(ms), "ALL")
+}
+
+// ClientCount returns how many normal clients are connected (CLIENT LIST
+// TYPE normal, not counting the connection that asks). Each go-redis client
+// holds up to its pool size of them; Sentinel's command connection counts
+// too. A client's closed connection may still count for a moment, until the
+// server notices it, so poll when waiting for a count to drop.
+func (s *Server) ClientCount(t testing.TB) int {
+	t.Helper()
+	list, _ := s.admin(t, "CLIENT", "LIST", "TYPE", "normal").Text()
+	return len(strings.Split(strings.TrimSpace(list), "\n")) - 1
 }
 
 // Cluster is a Redis Cluster of master nodes, each a Server, with the hash

@@ -2,10 +2,13 @@ package redistest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -86,6 +89,140 @@ func TestSentinel(t *testing.T) {
 	script := redis.NewScript(`return redis.call('INCR', KEYS[1])`)
 	if n, err := script.Run(ctx, c, []string{"n"}).Int(); err != nil || n != 1 {
 		t.Fatalf("a script through Sentinel: %d, %v", n, err)
+	}
+}
+
+func TestPauseResume(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := redistest.Standalone(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	s.Resume() // not paused: does nothing
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	s.Pause()
+	s.Pause() // twice is the same as once
+	var ne net.Error
+	if err := c.Ping(ctx).Err(); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("PING on a paused server: %v, want a timeout", err)
+	}
+	s.Resume()
+	s.Resume()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Resume: %v", err)
+	}
+
+	// Stop ends a paused server, and Pause and Resume do nothing after it.
+	s.Pause()
+	stopped := make(chan struct{})
+	go func() { s.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop hangs on a paused server")
+	}
+	s.Pause()
+	s.Resume()
+}
+
+func TestRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := redistest.Standalone(t)
+	c := s.Client(t)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	addr := s.Addr
+	s.Restart(t)
+	if s.Addr != addr {
+		t.Fatalf("Addr changed from %s to %s", addr, s.Addr)
+	}
+	// The client made before Restart works at once, without a failed
+	// command: go-redis drops the pooled connection the old process closed
+	// and dials the new one. The data did not survive.
+	if err := c.Get(ctx, "k").Err(); err != redis.Nil {
+		t.Fatalf("GET k after Restart: %v, want redis.Nil", err)
+	}
+
+	// A paused or stopped server restarts running.
+	s.Pause()
+	s.Restart(t)
+	s.Stop()
+	s.Restart(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Stop and Restart: %v", err)
+	}
+}
+
+func TestKillClients(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := redistest.Standalone(t)
+	c := s.Client(t)
+	conn := s.Client(t).Conn() // one connection of its own, never redialled
+	t.Cleanup(func() { _ = conn.Close() })
+	if c.Ping(ctx).Err() != nil || conn.Ping(ctx).Err() != nil {
+		t.Fatal("PING failed")
+	}
+	if n := s.KillClients(t); n != 2 {
+		t.Fatalf("KillClients = %d, want 2", n)
+	}
+	if err := conn.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING on a killed connection succeeded")
+	}
+	// A pooled client notices and dials anew.
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING through the pool after KillClients: %v", err)
+	}
+}
+
+func TestSlowFor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := redistest.Standalone(t)
+	c := s.Client(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const d = 300 * time.Millisecond
+	s.SlowFor(t, d)
+	start := time.Now()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A lower bound only: a busy machine can make it take longer.
+	if took := time.Since(start); took < d/2 {
+		t.Fatalf("PING took %v during SlowFor(%v)", took, d)
+	}
+}
+
+func TestClientCount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := redistest.Standalone(t)
+	if n := s.ClientCount(t); n != 0 {
+		t.Fatalf("ClientCount = %d on a fresh server", n)
+	}
+	var clients []*redis.Client
+	for i := 0; i < 3; i++ {
+		c := s.Client(t)
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+	}
+	if n := s.ClientCount(t); n != 3 {
+		t.Fatalf("ClientCount = %d, want 3", n)
+	}
+	_ = clients[0].Close()
+	for deadline := time.Now().Add(5 * time.Second); s.ClientCount(t) != 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("ClientCount = %d 5s after closing one of 3 clients, want 2", s.ClientCount(t))
+		}
 	}
 }
 
