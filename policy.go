@@ -49,9 +49,10 @@ func (f Failure) String() string {
 
 // Defaults of the options.
 const (
-	// DefaultTimeout bounds each Redis decision unless WithTimeout says
-	// otherwise.
-	DefaultTimeout = 100 * time.Millisecond
+	// DefaultTimeout is the Limiter's default timeout (core.DefaultTimeout),
+	// which bounds each decision unless WithTimeout, here or on the
+	// Limiter (core.WithTimeout), says otherwise.
+	DefaultTimeout = core.DefaultTimeout
 	// DefaultLocalKeys bounds the keys FailLocal tracks in memory.
 	DefaultLocalKeys = 10_000
 	// MaxNameLen bounds policy names, which are part of every Redis key.
@@ -127,11 +128,18 @@ func WithLocalKeys(n int) Option {
 	return func(p *Policy) { p.localKeys = n }
 }
 
-// WithTimeout bounds each Redis decision, so a slow Redis cannot stall
-// requests; past it, the failure policy applies. The default is
-// DefaultTimeout; 0 means only the request's own context bounds it.
+// WithTimeout bounds each of the policy's decisions, so a slow Redis cannot
+// stall requests; past it, the decision fails with an error wrapping
+// core.ErrTimeout and the failure policy applies. Without it the Limiter's
+// timeout applies (core.WithTimeout; DefaultTimeout unless set). 0 means
+// only the request's own context bounds it. The wait costs no goroutine.
 func WithTimeout(d time.Duration) Option {
-	return func(p *Policy) { p.timeout = d }
+	return func(p *Policy) {
+		p.timeout = d
+		if d == 0 {
+			p.timeout = core.InfDuration
+		}
+	}
 }
 
 // WithDryRun makes the policy decide and report but never block: every
@@ -240,7 +248,7 @@ type Policy struct {
 	failure   Failure
 	localKeys int
 	local     *localLimiter
-	timeout   time.Duration
+	timeout   time.Duration // core.Request.Timeout: 0 is the Limiter's
 	dryRun    bool
 	headers   headerValues
 	errLog    throttle
@@ -255,8 +263,7 @@ func NewPolicy(lim *core.Limiter, limit core.Limit, opts ...Option) (*Policy, er
 	if err := limit.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Policy{lim: lim, limit: limit, key: keyfunc.IP(), cost: 1,
-		timeout: DefaultTimeout, localKeys: DefaultLocalKeys}
+	p := &Policy{lim: lim, limit: limit, key: keyfunc.IP(), cost: 1, localKeys: DefaultLocalKeys}
 	for _, opt := range opts {
 		opt(p)
 	}
@@ -377,52 +384,12 @@ func (p *Policy) decide(w http.ResponseWriter, r *http.Request) Decision {
 	return d
 }
 
-// errTimeout is wrapped by the error of a decision that took longer than
-// the policy's timeout.
-var errTimeout = errors.New("no answer from Redis in time")
-
-// allow asks Redis, waiting at most the timeout. The wait is bounded here
-// rather than through a context deadline: go-redis leaves socket deadlines
-// to its own ReadTimeout and DialTimeout (seconds) unless the client was
-// made with ContextTimeoutEnabled. A call given up on finishes in the
-// background, bounded by those, and counts if it reaches Redis.
+// allow asks the Limiter, within the policy's timeout if it has one (else
+// the Limiter's) and the request's context. The Limiter bounds the wait
+// without a goroutine per request.
 func (p *Policy) allow(ctx context.Context, key string) (core.Result, error) {
-	if p.timeout <= 0 {
-		return p.lim.AllowN(ctx, key, p.limit, p.cost)
-	}
-	ch := answers.Get().(chan answer)
-	go func() {
-		res, err := p.lim.AllowN(ctx, key, p.limit, p.cost)
-		ch <- answer{res, err}
-	}()
-	timer := timers.Get().(*time.Timer)
-	timer.Reset(p.timeout)
-	defer func() {
-		timer.Stop() // since Go 1.23 a stopped timer delivers nothing stale
-		timers.Put(timer)
-	}()
-	select {
-	case a := <-ch:
-		answers.Put(ch) // empty again; a channel given up on is never reused
-		return a.res, a.err
-	case <-timer.C:
-		return core.Result{}, fmt.Errorf("redlimit: %w within %v: %w", errTimeout, p.timeout, context.DeadlineExceeded)
-	case <-ctx.Done():
-		return core.Result{}, ctx.Err()
-	}
+	return p.lim.Decide(ctx, core.Request{Key: key, Limit: p.limit, N: p.cost, Timeout: p.timeout})
 }
-
-// answer carries a decision back from the goroutine that asked Redis.
-type answer struct {
-	res core.Result
-	err error
-}
-
-// Reused per decision: a timer, and a channel that held an answer.
-var (
-	timers  = sync.Pool{New: func() any { t := time.NewTimer(time.Hour); t.Stop(); return t }}
-	answers = sync.Pool{New: func() any { return make(chan answer, 1) }}
-)
 
 // Deny answers a request whose Decision is not Allowed: with the deny
 // handler if one was given, else with the default JSON Body.

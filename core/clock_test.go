@@ -32,7 +32,7 @@ func TestServerClock(t *testing.T) {
 func testServerClock(t *testing.T, rdb redis.UniversalClient, l core.Limit) {
 	ctx := context.Background()
 	prefix := uniquePrefix()
-	lim := core.New(rdb, core.WithPrefix(prefix))
+	lim := core.New(rdb, core.WithPrefix(prefix), patient)
 	key := stateKey(prefix, "k", l)
 
 	drained := drain(t, lim, "k", l)
@@ -69,7 +69,7 @@ func TestSentinelFailover(t *testing.T) {
 	s := redistest.NewSentinel(t)
 	s.AddReplica(t)
 	rdb := s.Client(t)
-	lim := core.New(rdb, core.WithPrefix(uniquePrefix()))
+	lim := core.New(rdb, core.WithPrefix(uniquePrefix()), patient)
 	for _, a := range suiteAlgorithms {
 		drain(t, lim, a.name, a.limit)
 	}

@@ -136,7 +136,9 @@ func ExampleLimit_shaping() {
 			fmt.Printf("request %d: serve after %v\n", i, res.Delay)
 			// time.Sleep(res.Delay), or a timer that respects the context
 		} else {
-			fmt.Printf("request %d: rejected, retry after %v\n", i, res.RetryAfter)
+			// A repeated denial is answered from the deny cache, counting
+			// down in real time: round it for the printout.
+			fmt.Printf("request %d: rejected, retry after %v\n", i, res.RetryAfter.Round(10*time.Millisecond))
 		}
 	}
 	// Output:

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redlimit/redlimit/lua"
 )
 
 // ErrInvalidKey is wrapped by the error a Limiter returns for a key it will
@@ -21,6 +19,18 @@ var ErrInvalidKey = errors.New("redlimit: invalid key")
 // ErrInvalidCost is wrapped by the error AllowN returns for a negative n.
 var ErrInvalidCost = errors.New("redlimit: invalid cost")
 
+// ErrTimeout is wrapped by the error of a decision that got no answer from
+// Redis within the Limiter's timeout (WithTimeout). That error wraps
+// context.DeadlineExceeded too. The decision may still reach Redis and
+// count.
+var ErrTimeout = errors.New("redlimit: no answer from Redis in time")
+
+// ErrUnavailable is wrapped by the error of a decision answered at once,
+// without asking Redis, because Redis keeps failing (the breaker is open;
+// see WithBreaker) or because too many decisions already wait for it. It
+// is retried soon: one decision in a while tests whether Redis is back.
+var ErrUnavailable = errors.New("redlimit: Redis unavailable")
+
 // MaxKeyLen is the longest key, in bytes, a Limiter accepts. Hash longer
 // identities before passing them (the HTTP layer does).
 const MaxKeyLen = 1024
@@ -29,106 +39,14 @@ const MaxKeyLen = 1024
 // says otherwise.
 const DefaultPrefix = "redlimit:"
 
+// DefaultTimeout bounds each decision unless WithTimeout says otherwise.
+const DefaultTimeout = 100 * time.Millisecond
+
 // InfDuration is the RetryAfter of a request that can never be allowed: one
-// whose cost exceeds the limit's burst.
+// whose cost exceeds the limit's burst. As a timeout it means none.
 const InfDuration = time.Duration(math.MaxInt64)
 
-// algorithmSpec is what the Limiter knows of one algorithm.
-type algorithmSpec struct {
-	plain variant
-	// stepped is the TokenBucket's stepped-refill variant; zero elsewhere.
-	stepped variant
-	// window: the allowance is Rate per Period, and Burst must equal Rate.
-	window bool
-	// span returns the largest integer the script will hold for l, beyond
-	// the clock, so Validate can refuse limits Lua cannot count exactly. It
-	// is a float64 so that absurd limits cannot overflow the check itself.
-	span func(l Limit) float64
-}
-
-// variant is one script and the key suffix (after "}:") its state lives
-// under. Variants whose state means different things never share a key.
-type variant struct {
-	script *redis.Script
-	suffix string
-}
-
-func newVariant(src, suffix string) variant {
-	return variant{redis.NewScript(src), suffix}
-}
-
-var algorithms = map[Algorithm]algorithmSpec{
-	GCRA: {
-		plain: newVariant(lua.GCRA, string(GCRA)),
-		span: func(l Limit) float64 {
-			interval := (micros(l.Period) + int64(l.Rate) - 1) / int64(l.Rate)
-			return float64(l.Capacity()) * float64(interval)
-		},
-	},
-	TokenBucket: {
-		plain:   newVariant(lua.TokenBucket, string(TokenBucket)),
-		stepped: newVariant(lua.TokenBucketStepped, string(TokenBucket)+":stepped"),
-		span:    unitSpan,
-	},
-	LeakyBucket: {
-		plain: newVariant(lua.LeakyBucket, string(LeakyBucket)),
-		span:  unitSpan,
-	},
-	FixedWindow: {
-		plain:  newVariant(lua.FixedWindow, string(FixedWindow)),
-		window: true,
-		span:   func(l Limit) float64 { return float64(micros(l.Period)) },
-	},
-	SlidingWindow: {
-		plain:  newVariant(lua.SlidingWindow, string(SlidingWindow)),
-		window: true,
-		span: func(l Limit) float64 { // rate times the sub-bucket size
-			return float64(l.Rate) * float64(micros(l.Period)/int64(l.buckets()))
-		},
-	},
-	SlidingLog: {
-		plain:  newVariant(lua.SlidingLog, string(SlidingLog)),
-		window: true,
-		span:   func(l Limit) float64 { return float64(micros(l.Period)) },
-	},
-}
-
-// unitSpan bounds the bucket scripts' credit or level: burst events of
-// period/gcd(period, rate) units each.
-func unitSpan(l Limit) float64 {
-	p := micros(l.Period)
-	return float64(l.Capacity()) * float64(p/gcd(p, int64(l.Rate)))
-}
-
-// variant picks the script and key suffix for l, which must be valid.
-func (l Limit) variant() variant {
-	spec := algorithms[l.algorithm()]
-	if l.Stepped {
-		return spec.stepped
-	}
-	return spec.plain
-}
-
-var delScript = redis.NewScript(lua.Del)
-
-// algorithmNames lists the known algorithms for error messages.
-func algorithmNames() string {
-	names := make([]string, 0, len(algorithms))
-	for a := range algorithms {
-		names = append(names, string(a))
-	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
-}
-
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
-}
 
 // Result is the outcome of one decision.
 type Result struct {
@@ -150,26 +68,67 @@ type Result struct {
 	// other limit, for denied events and for n = 0. Callers that shape
 	// should sleep Delay (watching their context) before serving.
 	Delay time.Duration
+	// Cached reports a denial answered by the Limiter's deny cache, without
+	// asking Redis: Redis denied at least this cost for the key moments
+	// ago, and nothing but time (or a Reset) can change that. RetryAfter and
+	// ResetAfter count down from Redis's answer, and Remaining is what Redis
+	// said then. For a cost above the denied one, RetryAfter is a lower
+	// bound. See WithDenyCache.
+	Cached bool
 }
 
 // Limiter makes rate-limit decisions, each one atomic Lua script run on
-// Redis with a single EVALSHA (EVAL when the server does not have the script
-// yet, for example after SCRIPT FLUSH or a restart).
+// Redis (EVALSHA; EVAL when the server does not have the script yet, for
+// example after SCRIPT FLUSH or a restart).
 //
 // A Limiter is safe for concurrent use by multiple goroutines, and any number
 // of Limiters, in any number of processes, may share keys through one Redis:
-// that is the point. It holds no state besides its options. The zero value
-// is not usable (its methods return an error); create Limiters with New.
+// that is the point. The zero value is not usable (its methods return an
+// error); create Limiters with New.
+//
+// A Limiter owns time and transport. Each decision is bounded by its
+// timeout and its context, whichever ends first (WithTimeout). Concurrent
+// decisions share round trips: what waits while a pipeline is in flight is
+// sent together in the next (WithBatchSize, WithPipelines); with nothing in
+// flight a decision is sent at once. The I/O is done by at most
+// WithPipelines goroutines per Limiter, started when there is work and
+// stopped after a second without any, never one per decision. A key Redis
+// has just denied is answered in process until its RetryAfter
+// (WithDenyCache). While Redis keeps failing, decisions fail at once with
+// ErrUnavailable (WithBreaker).
+//
+// A decision is sent to Redis at most once: a script that may have run is
+// never sent again, since that could count it twice. The Limiter tells
+// go-redis not to retry its commands, whatever the client's MaxRetries,
+// and handles NOSCRIPT itself. A decision whose reply is lost (a killed
+// connection, a timeout) is an error, and may or may not have counted.
+// MOVED and ASK redirections on a Cluster are still followed: the script
+// did not run where it was refused. A redis.Scripter that is not a go-redis
+// client (no Process method) is asked through its Eval methods, with its
+// own retries.
 //
 // Keys are stored as <prefix>{<key>}:<algorithm>[:stepped][:<instance>]
 // (":stepped" for a stepped TokenBucket, the instance from WithInstance),
-// so all state of one key lands in one Redis Cluster slot. The key's Rate, Period and Burst are not
-// part of the name: a limit may change at run time and keep its state.
+// so all state of one key lands in one Redis Cluster slot. The key's Rate,
+// Period and Burst are not part of the name: a limit may change at run time
+// and keep its state.
 type Limiter struct {
-	rdb      redis.Scripter
 	prefix   string
 	instance string // ":" + the instance id, or ""
 	clock    func() time.Time
+	// localClock replaces time.Now for the deny cache when clock is nil;
+	// only tests set it (export_test.go).
+	localClock func() time.Time
+	timeout    time.Duration
+	engine     *engine
+	deny       *denyCache // nil: off
+	breaker    breaker
+
+	// options, applied by New
+	batch, pipelines int
+	denyKeys         int
+	denyMaxAge       time.Duration
+	log              *slog.Logger
 }
 
 // Option configures a Limiter in New.
@@ -184,9 +143,10 @@ func WithPrefix(prefix string) Option {
 
 // WithClock makes the Limiter read time from now and pass it to the
 // scripts, instead of each script reading the Redis server's clock (TIME),
-// which is the default. Use it for deterministic tests. In production every
-// process sharing keys must then have closely synchronised clocks; with the
-// default, one key always sees one clock. nil restores the default.
+// which is the default. The deny cache then runs on it too. Use it for
+// deterministic tests. In production every process sharing keys must then
+// have closely synchronised clocks; with the default, one key always sees
+// one clock. nil restores the default.
 func WithClock(now func() time.Time) Option {
 	return func(l *Limiter) { l.clock = now }
 }
@@ -207,24 +167,118 @@ func WithInstance(id string) Option {
 	}
 }
 
+// WithTimeout bounds each decision: past d without an answer from Redis, it
+// returns an error wrapping ErrTimeout and context.DeadlineExceeded. The
+// default is DefaultTimeout (100 ms); 0 means only the context bounds a
+// decision. The context always does, whichever ends first. Negative
+// durations are treated as 0.
+func WithTimeout(d time.Duration) Option {
+	return func(l *Limiter) { l.timeout = max(0, d) }
+}
+
+// WithBatchSize sets the most decisions sent to Redis in one round trip (a
+// pipeline; on a Cluster, one per node). The default is DefaultBatchSize;
+// 1 turns batching off, so each decision is its own round trip. Values
+// below 1 are treated as 1.
+func WithBatchSize(n int) Option {
+	return func(l *Limiter) { l.batch = max(1, n) }
+}
+
+// WithPipelines sets the most round trips the Limiter has in flight at once,
+// which is also the most goroutines it runs for I/O (and connections it
+// holds). The default is DefaultPipelines. With batching off
+// (WithBatchSize(1)) it bounds the decisions in flight, so raise it
+// towards the client's PoolSize. Values below 1 are treated as 1.
+func WithPipelines(n int) Option {
+	return func(l *Limiter) { l.pipelines = max(1, n) }
+}
+
+// WithDenyCache sets how many denied keys the Limiter remembers, to answer
+// them in process until their RetryAfter instead of asking Redis again.
+// The default is DefaultDenyCacheKeys; 0 turns the cache off. When full, it
+// forgets the least recently denied key. A denial is exact until its
+// RetryAfter, except for what other processes do to the key: a Reset or a
+// raised limit through another Limiter takes effect here within
+// WithDenyCacheMaxAge. Through this Limiter, Reset clears the key and a
+// changed Limit never finds the old entry.
+func WithDenyCache(keys int) Option {
+	return func(l *Limiter) { l.denyKeys = max(0, keys) }
+}
+
+// WithDenyCacheMaxAge bounds how long the deny cache answers for a key
+// without asking Redis, whatever its RetryAfter. The default is
+// DefaultDenyCacheMaxAge (1 s). Values of 0 or below turn the cache off.
+func WithDenyCacheMaxAge(d time.Duration) Option {
+	return func(l *Limiter) { l.denyMaxAge = d }
+}
+
+// WithBreaker sets how long decisions must keep failing (errors or
+// timeouts, at least BreakerMinFailures in a row, no success between)
+// before the Limiter stops asking Redis and fails them at once with an
+// error wrapping ErrUnavailable. While it is open, one decision every
+// BreakerProbeInterval is sent as a probe; the first that succeeds closes
+// it. The default is DefaultBreakerAfter (500 ms), so under steady traffic
+// the breaker opens within about a second of Redis failing and closes
+// within about a second of its return. 0 turns it off.
+//
+// It also keeps a dead Redis from flooding logs: go-redis logs each failed
+// dial through its own logger (redis.SetLogger), and with the breaker open
+// only probes dial.
+func WithBreaker(after time.Duration) Option {
+	return func(l *Limiter) { l.breaker.after = max(0, after) }
+}
+
+// WithLogger sets where the Limiter logs the breaker opening (warning) and
+// closing (info). It logs nothing per decision. The default is
+// slog.Default() at the time New runs; nil restores it.
+func WithLogger(log *slog.Logger) Option {
+	return func(l *Limiter) { l.log = log }
+}
+
 // New returns a Limiter that runs its scripts on rdb: a *redis.Client,
-// *redis.ClusterClient, *redis.Ring or any redis.UniversalClient. New does no
-// I/O. It panics if rdb is nil, a programming error better found at start-up
-// than on the first request.
+// *redis.ClusterClient, *redis.Ring, a Sentinel failover client or any
+// redis.UniversalClient. New does no I/O and starts no goroutine. It panics
+// if rdb is nil, a programming error better found at start-up than on the
+// first request.
 func New(rdb redis.Scripter, opts ...Option) *Limiter {
 	if rdb == nil {
 		panic("redlimit: core.New: nil redis client")
 	}
-	l := &Limiter{rdb: rdb, prefix: DefaultPrefix}
+	l := &Limiter{prefix: DefaultPrefix, timeout: DefaultTimeout,
+		batch: DefaultBatchSize, pipelines: DefaultPipelines,
+		denyKeys: DefaultDenyCacheKeys, denyMaxAge: DefaultDenyCacheMaxAge}
+	l.breaker.after = DefaultBreakerAfter
 	for _, opt := range opts {
 		opt(l)
+	}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
+	l.breaker.log = l.log
+	l.engine = newEngine(rdb, l.batch, l.pipelines)
+	if l.denyKeys > 0 && l.denyMaxAge > 0 {
+		l.deny = newDenyCache(l.denyKeys, l.denyMaxAge)
 	}
 	return l
 }
 
+// Request is one decision, for Decide: the arguments of AllowN and a
+// timeout of its own.
+type Request struct {
+	// Key identifies who is limited; see AllowN.
+	Key string
+	// Limit is the limit to decide under.
+	Limit Limit
+	// N is the cost: how many events to admit, all or nothing.
+	N int
+	// Timeout replaces the Limiter's timeout for this decision when it is
+	// not 0; InfDuration means none (only the context bounds it).
+	Timeout time.Duration
+}
+
 // Allow is AllowN(ctx, key, limit, 1).
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
-	return l.AllowN(ctx, key, limit, 1)
+	return l.Decide(ctx, Request{Key: key, Limit: limit, N: 1})
 }
 
 // AllowN asks to admit n events for key under limit, all or nothing: either
@@ -234,95 +288,147 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // above the limit's burst can never be allowed: the result is not Allowed,
 // consumes nothing, reports the state, and has RetryAfter InfDuration. A
 // negative n, an invalid limit or an invalid key is an error and nothing is
-// sent to Redis. Redis errors are returned wrapped (errors.Is works) with a
-// zero Result.
+// sent to Redis. A failed decision returns a zero Result and an error that
+// wraps the cause (errors.Is works): ErrTimeout, ErrUnavailable, the
+// context's error, or the client's.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
+	return l.Decide(ctx, Request{Key: key, Limit: limit, N: n})
+}
+
+// Decide makes the decision req describes, as AllowN does; it is for
+// callers that need a timeout other than the Limiter's, such as the HTTP
+// layer's policies.
+func (l *Limiter) Decide(ctx context.Context, req Request) (Result, error) {
+	limit, n := req.Limit, req.N
 	if err := limit.Validate(); err != nil {
 		return Result{}, err
 	}
 	if n < 0 {
 		return Result{}, fmt.Errorf("%w: AllowN(n=%d): n must not be negative", ErrInvalidCost, n)
 	}
+	d := limit.descriptor()
+	rkey, err := l.key(req.Key, d)
+	if err != nil {
+		return Result{}, err
+	}
 	burst := limit.Capacity()
 	cost := n
 	if n > burst {
 		cost = 0 // report the state; the answer is no
 	}
-	v := limit.variant()
-	rkey, err := l.key(key, v)
+	now := l.now()
+	if l.deny != nil && cost > 0 {
+		if res, ok := l.deny.get(rkey, limit, cost, now); ok {
+			return res, nil
+		}
+	}
+
+	c := newCall(d.script, rkey)
+	argv, nargs := d.args(limit)
+	c.decision(now.UnixMicro(), l.clock != nil, cost, argv, nargs)
+	reply, err := l.run(ctx, c, req.Timeout)
 	if err != nil {
-		return Result{}, err
-	}
-	var now any = ""
-	if l.clock != nil {
-		now = l.clock().UnixMicro()
-	}
-	var buckets, shape int
-	if limit.algorithm() == SlidingWindow {
-		buckets = limit.buckets()
-	}
-	if limit.Shape {
-		shape = 1
-	}
-	reply, err := v.script.Run(ctx, l.rdb, []string{rkey}, now, limit.Rate, micros(limit.Period),
-		burst, cost, buckets, shape, micros(limit.MaxDelay)).Slice()
-	if err == nil {
-		err = checkReply(reply)
-	}
-	if err != nil {
-		return Result{}, fmt.Errorf("redlimit: %s decision for %q: %w", v.suffix, key, err)
+		return Result{}, fmt.Errorf("redlimit: %s decision for %q: %w", d.suffix, req.Key, err)
 	}
 	res := Result{
 		Limit:      limit,
-		Allowed:    reply[0].(int64) == 1,
-		Remaining:  int(reply[1].(int64)),
-		RetryAfter: time.Duration(reply[2].(int64)) * time.Microsecond,
-		ResetAfter: time.Duration(reply[3].(int64)) * time.Microsecond,
-		Delay:      time.Duration(reply[4].(int64)) * time.Microsecond,
+		Allowed:    reply[0] == 1,
+		Remaining:  int(reply[1]),
+		RetryAfter: time.Duration(reply[2]) * time.Microsecond,
+		ResetAfter: time.Duration(reply[3]) * time.Microsecond,
+		Delay:      time.Duration(reply[4]) * time.Microsecond,
 	}
 	if n > burst {
 		res.Allowed, res.RetryAfter = false, InfDuration
+	} else if !res.Allowed && l.deny != nil {
+		l.deny.add(rkey, cost, now, res)
 	}
 	return res, nil
 }
 
-// checkReply makes sure a script replied with five integers, so reading
-// them cannot panic.
-func checkReply(reply []any) error {
-	if len(reply) != 5 {
-		return fmt.Errorf("script replied %d values, want 5", len(reply))
+// decisionReply is how many integers every decision script replies.
+const decisionReply = 5
+
+// run sends c through the breaker and the engine and returns its reply,
+// checked to hold as many integers as c's script promises.
+func (l *Limiter) run(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
+	want := decisionReply
+	if c.script == delScript {
+		want = 1
 	}
-	for i, v := range reply {
-		if _, ok := v.(int64); !ok {
-			return fmt.Errorf("script reply %d is %T, want an integer", i, v)
-		}
+	probe, err := l.breaker.admit(time.Now())
+	if err != nil {
+		c.recycle()
+		return nil, err
 	}
-	return nil
+	switch {
+	case timeout == 0:
+		timeout = l.timeout
+	case timeout == InfDuration:
+		timeout = 0
+	}
+	reply, err := l.engine.do(ctx, c, timeout)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil && !errors.Is(err, ErrTimeout): // the caller left: not Redis's failure
+		l.breaker.release(probe)
+		return nil, err
+	default:
+		l.breaker.failure(time.Now(), probe, err)
+		return nil, err
+	}
+	if len(reply) != want {
+		err := fmt.Errorf("script replied %d values, want %d", len(reply), want)
+		l.breaker.failure(time.Now(), probe, err)
+		return nil, err
+	}
+	l.breaker.success(probe)
+	return reply, nil
+}
+
+// now reads the Limiter's clock: WithClock's, in the whole microseconds the
+// scripts see (so that the deny cache's instants are Redis's), else the
+// process's.
+func (l *Limiter) now() time.Time {
+	switch {
+	case l.clock != nil:
+		return time.UnixMicro(l.clock().UnixMicro())
+	case l.localClock != nil:
+		return l.localClock()
+	}
+	return time.Now()
 }
 
 // Reset forgets the state of key under limit's algorithm (and variant:
-// stepped or not), giving it its full allowance back. Other algorithms'
-// state for the same key is untouched.
+// stepped or not), giving it its full allowance back, and clears the key
+// from this Limiter's deny cache. Other algorithms' state for the same key
+// is untouched. It is bounded like a decision.
 func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
 	if err := limit.Validate(); err != nil {
 		return err
 	}
-	v := limit.variant()
-	rkey, err := l.key(key, v)
+	d := limit.descriptor()
+	rkey, err := l.key(key, d)
 	if err != nil {
 		return err
 	}
-	if err := delScript.Run(ctx, l.rdb, []string{rkey}).Err(); err != nil {
-		return fmt.Errorf("redlimit: reset %s state of %q: %w", v.suffix, key, err)
+	if l.deny != nil {
+		l.deny.forget(rkey)
+	}
+	if _, err := l.run(ctx, newCall(delScript, rkey), 0); err != nil {
+		return fmt.Errorf("redlimit: reset %s state of %q: %w", d.suffix, key, err)
+	}
+	if l.deny != nil { // a denial that landed while the reset was in flight
+		l.deny.forget(rkey)
 	}
 	return nil
 }
 
-// key returns the Redis key of id under v: <prefix>{<id>}:<suffix>[:<instance>].
+// key returns the Redis key of id under d: <prefix>{<id>}:<suffix>[:<instance>].
 // Inside the braces, '%' and '}' are escaped (%25, %7D) so the hash tag is
 // always the whole id and distinct ids never share a key.
-func (l *Limiter) key(id string, v variant) (string, error) {
-	if l.rdb == nil {
+func (l *Limiter) key(id string, d *descriptor) (string, error) {
+	if l.engine == nil {
 		return "", errors.New("redlimit: Limiter is not initialised; create it with core.New")
 	}
 	if id == "" {
@@ -334,7 +440,7 @@ func (l *Limiter) key(id string, v variant) (string, error) {
 	if strings.ContainsAny(id, "%}") {
 		id = keyEscaper.Replace(id)
 	}
-	return l.prefix + "{" + id + "}:" + v.suffix + l.instance, nil
+	return l.prefix + "{" + id + "}:" + d.suffix + l.instance, nil
 }
 
 var keyEscaper = strings.NewReplacer("%", "%25", "}", "%7D")

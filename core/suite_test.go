@@ -92,6 +92,11 @@ type world struct {
 	ttlsFollowClock bool
 }
 
+// patient is for tests of behaviour, not of timing: under -race, with
+// every test running in parallel on two cores, a decision can take longer
+// than the default timeout.
+var patient = core.WithTimeout(10 * time.Second)
+
 func (w *world) limiter() *core.Limiter {
 	return core.New(w.newClient(), w.opts...)
 }
@@ -182,6 +187,7 @@ func miniredisWorld(t *testing.T) *world {
 	m.SetTime(t0)
 	m.ClockTTL(true)
 	now := t0
+	var mu sync.Mutex
 	newClient := func() redis.UniversalClient {
 		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { _ = c.Close() })
@@ -190,8 +196,19 @@ func miniredisWorld(t *testing.T) *world {
 	prefix := uniquePrefix()
 	return &world{
 		t: t, prefix: prefix, newClient: newClient, admin: newClient(),
-		opts:            []core.Option{core.WithPrefix(prefix)},
-		advance:         func(d time.Duration) { now = now.Add(d); m.SetTime(now) },
+		// The deny cache runs on the process's clock; here only the
+		// server's moves, so the cache is told to follow it.
+		opts: []core.Option{patient, core.WithPrefix(prefix), core.WithLocalClock(func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return now
+		})},
+		advance: func(d time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			now = now.Add(d)
+			m.SetTime(now)
+		},
 		ttlsFollowClock: true,
 	}
 }
@@ -203,7 +220,7 @@ func realWorld(t *testing.T, newClient func() redis.UniversalClient) *world {
 	prefix := uniquePrefix()
 	return &world{
 		t: t, prefix: prefix, newClient: newClient, admin: newClient(),
-		opts:    []core.Option{core.WithPrefix(prefix), core.WithClock(clock.Now)},
+		opts:    []core.Option{patient, core.WithPrefix(prefix), core.WithClock(clock.Now)},
 		advance: clock.Advance,
 	}
 }

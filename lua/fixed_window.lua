@@ -2,8 +2,10 @@
 -- the first event after the previous one ended.
 --
 -- KEYS[1] hash {w = window start in microseconds, n = events counted}.
--- ARGV    as in the prelude; burst is the allowance per window (= rate).
+-- ARGV[3] period in microseconds
+-- ARGV[4] burst: the allowance per window (= rate)
 -- Reply   {allowed, remaining, retry_after_us, reset_after_us, 0}
+local period, burst = tonumber(ARGV[3]), tonumber(ARGV[4])
 local state = redis.call('HMGET', KEYS[1], 'w', 'n')
 local start, count = tonumber(state[1]), tonumber(state[2])
 local fresh = not start or now >= start + period
@@ -16,7 +18,7 @@ end
 count = count + cost
 if cost > 0 then
   redis.call('HSET', KEYS[1], 'w', start, 'n', count)
-  if fresh then redis.call('PEXPIRE', KEYS[1], ms(left)) end
+  if fresh then redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil(left / 1000))) end
 end
 if count == 0 then left = 0 end
 return {1, burst - count, 0, left, 0}

@@ -3,12 +3,13 @@
 -- KEYS[1] string: the theoretical arrival time (TAT), in microseconds, of
 --         the next event at the sustained rate. A key at or before now is
 --         the same as no key: the full burst is available.
--- ARGV    as in the prelude; no knobs.
+-- ARGV[3] interval: microseconds between events, period / rate rounded up
+-- ARGV[4] burst
 -- Reply   {allowed, remaining, retry_after_us, reset_after_us, 0}
 --
 -- Events are spaced `interval` apart; the TAT may run ahead of now by at
--- most burst * interval. The interval is rounded up to whole microseconds.
-local interval = ceil_div(period, rate)
+-- most burst * interval.
+local interval, burst = tonumber(ARGV[3]), tonumber(ARGV[4])
 local span = burst * interval
 local tat = tonumber(redis.call('GET', KEYS[1])) or now
 if tat < now then tat = now end
@@ -20,6 +21,6 @@ if now < allow_at then
   return {0, math.max(0, math.floor((now + span - tat) / interval)), allow_at - now, tat - now, 0}
 end
 if cost > 0 then
-  redis.call('SET', KEYS[1], new_tat, 'PX', ms(new_tat - now))
+  redis.call('SET', KEYS[1], new_tat, 'PX', math.max(1, math.ceil((new_tat - now) / 1000)))
 end
 return {1, math.floor((now + span - new_tat) / interval), 0, new_tat - now, 0}

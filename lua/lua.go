@@ -1,47 +1,36 @@
 // Package lua holds the Redis scripts behind every redlimit decision.
 //
-// Each decision script is the shared prelude (prelude.lua: arguments, clock,
-// helpers) followed by one algorithm's body, so every script takes the same
-// ARGV and replies in the same shape. The scripts are plain strings; package
-// core runs them with EVALSHA. This package uses the standard library only.
+// Each decision script is the shared prelude (prelude.lua: the clock and the
+// cost) followed by one algorithm's body, which reads its own ARGV from
+// ARGV[3] on. Every script replies with an array of integers. The scripts
+// are plain text; package core runs them with EVALSHA. This package uses the
+// standard library only and exports nothing that can be reassigned.
 package lua
 
-import _ "embed"
-
-//go:embed prelude.lua
-var prelude string
-
-var (
-	//go:embed gcra.lua
-	gcra string
-	//go:embed token_bucket.lua
-	tokenBucket string
-	//go:embed token_bucket_stepped.lua
-	tokenBucketStepped string
-	//go:embed fixed_window.lua
-	fixedWindow string
-	//go:embed sliding_window.lua
-	slidingWindow string
-	//go:embed sliding_log.lua
-	slidingLog string
-	//go:embed leaky_bucket.lua
-	leakyBucket string
+import (
+	"embed"
+	"fmt"
 )
 
-// Decision scripts, one per algorithm: KEYS and ARGV as documented at the
-// top of prelude.lua and of each algorithm's file.
-var (
-	GCRA               = prelude + gcra
-	TokenBucket        = prelude + tokenBucket
-	TokenBucketStepped = prelude + tokenBucketStepped
-	FixedWindow        = prelude + fixedWindow
-	SlidingWindow      = prelude + slidingWindow
-	SlidingLog         = prelude + slidingLog
-	LeakyBucket        = prelude + leakyBucket
-)
+//go:embed *.lua
+var files embed.FS
 
-// Del deletes every key passed in KEYS and replies with how many existed.
-// It exists because redis.Scripter offers scripts but no DEL.
-//
-//go:embed del.lua
-var Del string
+// Decision returns the decision script of the algorithm whose body is in
+// name.lua: the prelude followed by the body. It panics if there is no such
+// file, a programming error found by the first test that uses it.
+func Decision(name string) string {
+	return read("prelude") + read(name)
+}
+
+// Del returns the script that deletes every key in KEYS and replies with
+// {how many existed}. It exists because redis.Scripter offers scripts but
+// no DEL.
+func Del() string { return read("del") }
+
+func read(name string) string {
+	b, err := files.ReadFile(name + ".lua")
+	if err != nil {
+		panic(fmt.Sprintf("lua: no script %s.lua", name))
+	}
+	return string(b)
+}

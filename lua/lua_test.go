@@ -1,13 +1,9 @@
 package lua
 
 import (
-	"embed"
 	"strings"
 	"testing"
 )
-
-//go:embed *.lua
-var files embed.FS
 
 // TestScriptsDocumented: every script opens with a comment naming its KEYS,
 // its ARGV and its reply, and stays short enough to read in one screen.
@@ -50,11 +46,17 @@ func TestScriptsDocumented(t *testing.T) {
 // TestDecisionScripts: each decision script is the prelude and a body.
 func TestDecisionScripts(t *testing.T) {
 	t.Parallel()
-	for name, src := range map[string]string{"GCRA": GCRA, "TokenBucket": TokenBucket,
-		"TokenBucketStepped": TokenBucketStepped, "FixedWindow": FixedWindow, "SlidingWindow": SlidingWindow,
-		"SlidingLog": SlidingLog, "LeakyBucket": LeakyBucket} {
-		if !strings.HasPrefix(src, prelude) || len(src) == len(prelude) {
+	prelude := read("prelude")
+	for _, name := range []string{"gcra", "token_bucket", "token_bucket_stepped", "fixed_window",
+		"sliding_window", "sliding_log", "leaky_bucket"} {
+		if src := Decision(name); !strings.HasPrefix(src, prelude) || len(src) == len(prelude) {
 			t.Errorf("%s is not the prelude followed by a body", name)
 		}
 	}
+	defer func() {
+		if recover() == nil {
+			t.Error("Decision of an unknown script did not panic")
+		}
+	}()
+	Decision("no_such_algorithm")
 }

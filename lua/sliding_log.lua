@@ -6,9 +6,11 @@
 --         that µs, so members stay unique), score = the µs. Members that
 --         left the window are trimmed on every write, so it holds at most
 --         burst members; the key expires one period after the last event.
--- ARGV    as in the prelude; burst is the allowance (= rate).
+-- ARGV[3] period in microseconds
+-- ARGV[4] burst: the allowance per window (= rate)
 -- Reply   {allowed, remaining, retry_after_us, reset_after_us, 0}
 local key = KEYS[1]
+local period, burst = tonumber(ARGV[3]), tonumber(ARGV[4])
 local edge = now - period
 local gone = redis.call('ZCOUNT', key, '-inf', edge)
 local count = redis.call('ZCARD', key) - gone
@@ -30,7 +32,8 @@ if cost == 0 then
 end
 
 if gone > 0 then redis.call('ZREMRANGEBYRANK', key, 0, gone - 1) end
-local base, at = redis.call('ZCOUNT', key, now, now), int(now)
+-- string.format, not tostring or `..`: those keep 14 digits of a 16-digit µs
+local base, at = redis.call('ZCOUNT', key, now, now), string.format('%d', now)
 local batch = {}
 for i = 1, cost do
   batch[#batch + 1] = at
@@ -40,5 +43,5 @@ for i = 1, cost do
     batch = {}
   end
 end
-redis.call('PEXPIRE', key, ms(period))
+redis.call('PEXPIRE', key, math.max(1, math.ceil(period / 1000)))
 return {1, burst - count - cost, 0, period, 0}

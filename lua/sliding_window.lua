@@ -6,12 +6,14 @@
 -- KEYS[1] hash: field = start of a sub-bucket in µs, value = events in it.
 --         Fields that have left the window are deleted on every write, so
 --         the hash holds at most k + 1 fields.
--- ARGV[6] k, which divides the period evenly.
+-- ARGV[3] period in microseconds
+-- ARGV[4] burst: the allowance per window (= rate)
+-- ARGV[5] k, which divides the period evenly
 -- Reply   {allowed, remaining, retry_after_us, reset_after_us, 0}
 --
 -- Counts are compared scaled by the sub-bucket size, so weights stay exact
 -- integers.
-local k = tonumber(ARGV[6])
+local period, burst, k = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local size = period / k
 local cur = math.floor(now / size) -- the sub-bucket now is in
 local into = now - cur * size      -- µs since it began
@@ -65,8 +67,8 @@ if cost > remaining then
 end
 if cost > 0 then
   counts[k] = counts[k] + cost
-  redis.call('HINCRBY', KEYS[1], int(cur * size), cost)
+  redis.call('HINCRBY', KEYS[1], string.format('%d', cur * size), cost)
   if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
-  redis.call('PEXPIRE', KEYS[1], ms(reset()))
+  redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil(reset() / 1000)))
 end
 return {1, remaining - cost, 0, reset(), 0}

@@ -2,10 +2,12 @@
 --
 -- KEYS[1] hash {c = credit, t = µs of the last update, u = unit}. No key
 --         means a full bucket. One token is `unit` credit and each µs adds
---         `drip` (see units in the prelude), so refill is exact.
--- ARGV    as in the prelude; no knobs.
+--         `drip`, so refill is exact.
+-- ARGV[3] unit: period / gcd(period, rate)
+-- ARGV[4] drip: rate / gcd(period, rate)
+-- ARGV[5] burst
 -- Reply   {allowed, remaining, retry_after_us, reset_after_us, 0}
-local unit, drip = units()
+local unit, drip, burst = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local full = burst * unit
 
 local state = redis.call('HMGET', KEYS[1], 'c', 't', 'u')
@@ -13,7 +15,11 @@ local credit, last = tonumber(state[1]), tonumber(state[2])
 if not credit then
   credit, last = full, now
 else
-  credit = rescale(credit, tonumber(state[3]), unit, math.floor)
+  local stored = tonumber(state[3])
+  if stored and stored ~= unit then -- the limit changed: keep whole tokens
+    local tokens = math.floor(credit / stored)
+    credit = tokens * unit + math.floor((credit - tokens * stored) * unit / stored)
+  end
   if now > last then
     credit = credit + (now - last) * drip
     last = now
@@ -24,12 +30,12 @@ end
 
 local need = cost * unit
 if credit < need then
-  return {0, math.floor(credit / unit), ceil_div(need - credit, drip), ceil_div(full - credit, drip), 0}
+  return {0, math.floor(credit / unit), math.ceil((need - credit) / drip), math.ceil((full - credit) / drip), 0}
 end
 credit = credit - need
-local reset = ceil_div(full - credit, drip)
+local reset = math.ceil((full - credit) / drip)
 if cost > 0 then
   redis.call('HSET', KEYS[1], 'c', credit, 't', last, 'u', unit)
-  redis.call('PEXPIRE', KEYS[1], ms(reset))
+  redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil(reset / 1000)))
 end
 return {1, math.floor(credit / unit), 0, reset, 0}

@@ -3,8 +3,11 @@
 --
 -- KEYS[1] hash {n = tokens, t = µs of the last refill step}. No key means
 --         a full bucket whose steps start now.
--- ARGV    as in the prelude; no knobs.
+-- ARGV[3] rate
+-- ARGV[4] period in microseconds
+-- ARGV[5] burst
 -- Reply   {allowed, remaining, retry_after_us, reset_after_us, 0}
+local rate, period, burst = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local state = redis.call('HMGET', KEYS[1], 'n', 't')
 local tokens, step = tonumber(state[1]), tonumber(state[2])
 if not tokens then
@@ -19,15 +22,16 @@ tokens = math.min(burst, tokens)
 -- wait returns the µs until the bucket holds `want` tokens.
 local function wait(want)
   if tokens >= want then return 0 end
-  return step + ceil_div(want - tokens, rate) * period - now
+  return step + math.ceil((want - tokens) / rate) * period - now
 end
 
 if tokens < cost then
   return {0, tokens, wait(cost), wait(burst), 0}
 end
 tokens = tokens - cost
+local reset = wait(burst)
 if cost > 0 then
   redis.call('HSET', KEYS[1], 'n', tokens, 't', step)
-  redis.call('PEXPIRE', KEYS[1], ms(wait(burst)))
+  redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil(reset / 1000)))
 end
-return {1, tokens, 0, wait(burst), 0}
+return {1, tokens, 0, reset, 0}

@@ -81,7 +81,7 @@ func main() {
 }
 
 // run sends every arrival through every limit, in time order, on embedded
-// Redis whose clock is set to each arrival.
+// Redis, with the Limiter's clock (and Redis's) set to each arrival.
 func run() ([][]outcome, error) {
 	m, err := miniredis.Run()
 	if err != nil {
@@ -90,12 +90,14 @@ func run() ([][]outcome, error) {
 	defer m.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
-	lim := core.New(rdb)
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := start
+	lim := core.New(rdb, core.WithClock(func() time.Time { return now }))
 
 	panels := make([][]outcome, len(limits))
 	for _, at := range arrivals() {
-		m.SetTime(start.Add(at))
+		now = start.Add(at)
+		m.SetTime(now)
 		for i, l := range limits {
 			// A key per panel: both leaky bucket modes keep the same level,
 			// so they would otherwise share one bucket.

@@ -61,7 +61,10 @@ func embedded(t *testing.T) *core.Limiter {
 	m.SetTime(t0)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	return core.New(rdb)
+	// Generous: under -race, with every test in parallel on two cores, a
+	// decision can take longer than the default timeout. Tests of the
+	// timeout set their own.
+	return core.New(rdb, core.WithTimeout(10*time.Second))
 }
 
 // build makes the app or fails the test.

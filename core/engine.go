@@ -1,0 +1,410 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The engine carries script runs to Redis and their answers back.
+//
+// Callers never do I/O themselves: a caller queues a call and waits for its
+// answer, its timeout or its context, whichever comes first, so a Redis that
+// hangs cannot hold it past its bound (go-redis bounds its own reads with
+// its ReadTimeout, seconds, unless the client enables context deadlines).
+// The I/O is done by senders: at most `senders` goroutines per Limiter,
+// started when work arrives and none is idle, and stopped after a second
+// without work. A sender takes everything queued (up to `batch` calls) and
+// sends it in one round trip, a pipeline; what arrives meanwhile waits for
+// the next free sender. So an idle Limiter sends a call at once, and a busy
+// one shares round trips.
+//
+// Every command is sent at most once: go-redis retries commands after
+// network errors, which would run a decision twice if the first run's reply
+// was lost, so each command says NoRetry. The one retry is NOSCRIPT (the
+// server does not have the script; it did not run): the call is sent again
+// with EVAL and the script's source.
+type engine struct {
+	rdb     redis.Scripter
+	pipe    func() redis.Pipeliner                   // nil when rdb cannot pipeline
+	process func(context.Context, redis.Cmder) error // nil when rdb has no Process
+	batch   int                                      // most calls per round trip
+	senders int                                      // most round trips in flight
+	queued  int                                      // most calls waiting for a sender
+	linger  time.Duration                            // a sender without work stops after it
+
+	mu    sync.Mutex
+	queue []*call
+	idle  []*sender // waiting for work, the most recent last
+	alive int       // senders running
+}
+
+// Engine defaults.
+const (
+	// DefaultBatchSize is the most decisions sent in one round trip unless
+	// WithBatchSize says otherwise.
+	DefaultBatchSize = 128
+	// DefaultPipelines is the most round trips a Limiter has in flight at
+	// once unless WithPipelines says otherwise.
+	DefaultPipelines = 4
+	// senderLinger is how long a sender without work waits before it stops.
+	senderLinger = time.Second
+	// queuePerSender bounds the queue: this many full batches per sender.
+	queuePerSender = 16
+)
+
+// errQueueFull is returned at once when the queue is full.
+var errQueueFull = fmt.Errorf("%w: too many decisions waiting for Redis", ErrUnavailable)
+
+func newEngine(rdb redis.Scripter, batch, senders int) *engine {
+	e := &engine{rdb: rdb, batch: batch, senders: senders, linger: senderLinger,
+		queued: max(batch*senders*queuePerSender, 1024)}
+	if p, ok := rdb.(interface{ Pipeline() redis.Pipeliner }); ok && batch > 1 {
+		e.pipe = p.Pipeline
+	}
+	if p, ok := rdb.(interface {
+		Process(context.Context, redis.Cmder) error
+	}); ok {
+		e.process = p.Process
+	}
+	return e
+}
+
+// call is one script run: the Limiter fills it, a sender runs it, done
+// carries the answer back. Calls are pooled. The argument list points at
+// the call's own fields, which go-redis writes without boxing them, so only
+// the key is boxed per call.
+type call struct {
+	script *script
+	key    string
+	now    int64              // ARGV[1] when the Limiter has a clock
+	nums   [1 + maxArgs]int64 // ARGV[2...]: the cost, then the algorithm's
+	args   []any              // EVALSHA|EVAL, sha|source, 1, key, ARGV...
+
+	reply []int64
+	err   error
+	done  chan struct{} // receives once the answer is in
+	state atomic.Int32  // waiting, answered or abandoned
+}
+
+const (
+	waiting int32 = iota
+	answered
+	abandoned // the caller left; whoever sees this last recycles the call
+)
+
+var calls = sync.Pool{New: func() any {
+	return &call{done: make(chan struct{}, 1), args: make([]any, 0, 6+len(call{}.nums))}
+}}
+
+// newCall returns a call of s with key and no ARGV yet.
+func newCall(s *script, key string) *call {
+	c := calls.Get().(*call)
+	c.script, c.key = s, key
+	c.args = append(c.args[:0], "evalsha", s.shaArg, 1, key)
+	return c
+}
+
+// decision adds the prelude's ARGV (the clock, or "" for the server's, and
+// the cost) and the algorithm's.
+func (c *call) decision(now int64, clock bool, cost int, argv [maxArgs]int64, n int) {
+	if clock {
+		c.now = now
+		c.args = append(c.args, &c.now)
+	} else {
+		c.args = append(c.args, "")
+	}
+	c.nums[0] = int64(cost)
+	copy(c.nums[1:], argv[:n])
+	for i := 0; i <= n; i++ {
+		c.args = append(c.args, &c.nums[i])
+	}
+}
+
+// recycle returns the call to the pool. Only its last owner calls it.
+func (c *call) recycle() {
+	clear(c.args) // drop references to the key and the script
+	c.args = c.args[:0]
+	c.script, c.key, c.reply, c.err = nil, "", nil, nil
+	c.state.Store(waiting)
+	calls.Put(c)
+}
+
+// answer hands the result to the caller, or recycles the call if the
+// caller has left.
+func (c *call) answer(reply []int64, err error) {
+	c.reply, c.err = reply, err
+	if c.state.CompareAndSwap(waiting, answered) {
+		c.done <- struct{}{}
+		return
+	}
+	c.recycle()
+}
+
+// timeoutError is the error of a call that outlived its timeout.
+type timeoutError struct{ d time.Duration }
+
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("redlimit: no answer from Redis within %v", e.d)
+}
+
+// Unwrap lets errors.Is find ErrTimeout and context.DeadlineExceeded.
+func (e *timeoutError) Unwrap() []error { return []error{ErrTimeout, context.DeadlineExceeded} }
+
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// do queues c and waits for its answer, at most timeout (none when it is
+// 0) and no longer than ctx. It takes c: whatever happens, c is recycled
+// once nobody needs it.
+func (e *engine) do(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
+	if err := ctx.Err(); err != nil { // nobody waits for it: do not send it
+		c.recycle()
+		return nil, err
+	}
+	if err := e.submit(c); err != nil {
+		c.recycle()
+		return nil, err
+	}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := timers.Get().(*time.Timer)
+		t.Reset(timeout)
+		defer func() {
+			t.Stop() // since Go 1.23 a stopped timer delivers nothing stale
+			timers.Put(t)
+		}()
+		expired = t.C
+	}
+	var err error
+	select {
+	case <-c.done:
+	case <-expired:
+		err = &timeoutError{timeout}
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		if c.state.CompareAndSwap(waiting, abandoned) {
+			return nil, err // the sender recycles c when its answer comes
+		}
+		<-c.done // answered meanwhile: take the answer after all
+	}
+	reply, err := c.reply, c.err
+	c.recycle()
+	return reply, err
+}
+
+// submit queues c, and wakes an idle sender or starts one if none is busy
+// enough to take it next.
+func (e *engine) submit(c *call) error {
+	e.mu.Lock()
+	if len(e.queue) >= e.queued {
+		e.mu.Unlock()
+		return errQueueFull
+	}
+	e.queue = append(e.queue, c)
+	if n := len(e.idle); n > 0 {
+		s := e.idle[n-1]
+		e.idle[n-1] = nil
+		e.idle = e.idle[:n-1]
+		e.mu.Unlock()
+		s.wake <- struct{}{}
+		return nil
+	}
+	if e.alive < e.senders {
+		e.alive++
+		e.mu.Unlock()
+		s := &sender{e: e, wake: make(chan struct{}, 1)}
+		if e.pipe != nil {
+			s.pipe = e.pipe()
+		}
+		go s.run()
+		return nil
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+// sender is one goroutine that runs queued calls, one round trip at a time.
+type sender struct {
+	e     *engine
+	wake  chan struct{} // one value when an idle sender is handed work
+	pipe  redis.Pipeliner
+	batch []*call
+	retry []*call
+	cmds  []redis.Cmder
+}
+
+// run takes batches until there has been no work for the engine's linger.
+func (s *sender) run() {
+	e := s.e
+	timer := time.NewTimer(e.linger)
+	defer timer.Stop()
+	for {
+		e.mu.Lock()
+		if len(e.queue) == 0 {
+			e.idle = append(e.idle, s)
+			linger := e.linger
+			e.mu.Unlock()
+			timer.Reset(linger)
+			select {
+			case <-s.wake:
+				timer.Stop()
+				continue
+			case <-timer.C:
+			}
+			e.mu.Lock()
+			if i := indexOf(e.idle, s); i >= 0 { // nobody handed us work: stop
+				e.idle = append(e.idle[:i], e.idle[i+1:]...)
+				e.alive--
+				e.mu.Unlock()
+				return
+			}
+			e.mu.Unlock()
+			<-s.wake // handed work just now; the wake is on its way
+			continue
+		}
+		if len(e.queue) <= e.batch { // take it all: swap buffers
+			s.batch, e.queue = e.queue, s.batch[:0]
+		} else {
+			s.batch = append(s.batch[:0], e.queue[:e.batch]...)
+			rest := copy(e.queue, e.queue[e.batch:])
+			clear(e.queue[rest:])
+			e.queue = e.queue[:rest]
+		}
+		e.mu.Unlock()
+		s.send()
+	}
+}
+
+func indexOf(senders []*sender, s *sender) int {
+	for i, x := range senders {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// send runs the batch and answers every call in it. Calls whose callers
+// left while they were queued are dropped unsent: they never reach Redis.
+func (s *sender) send() {
+	live := s.batch[:0]
+	for _, c := range s.batch {
+		if c.state.Load() == abandoned {
+			c.recycle()
+			continue
+		}
+		live = append(live, c)
+	}
+	clear(s.batch[len(live):])
+	s.run1(live)
+
+	// NOSCRIPT: the server does not have the script, so it did not run;
+	// send those calls again with the source.
+	s.retry = s.retry[:0]
+	for _, c := range live {
+		if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+			c.args[0], c.args[1] = "eval", c.script.srcArg
+			s.retry = append(s.retry, c)
+			continue
+		}
+		c.answer(c.reply, c.err)
+	}
+	if len(s.retry) > 0 {
+		s.run1(s.retry)
+		for _, c := range s.retry {
+			c.answer(c.reply, c.err)
+		}
+		clear(s.retry)
+	}
+	clear(live)
+}
+
+// once marks a command as one go-redis must never send twice.
+type once struct{ *redis.IntSliceCmd }
+
+// NoRetry tells go-redis not to resend the command, or the pipeline that
+// holds it, after an error: the script may have run.
+func (once) NoRetry() bool { return true }
+
+// run1 sends calls in one round trip and stores each reply or error in its
+// call.
+func (s *sender) run1(calls []*call) {
+	e, ctx := s.e, context.Background()
+	switch {
+	case len(calls) == 0:
+	case e.process == nil:
+		for _, c := range calls {
+			c.reply, c.err = e.evalScripter(ctx, c)
+		}
+	case len(calls) == 1 || s.pipe == nil:
+		for _, c := range calls {
+			cmd := redis.NewIntSliceCmd(ctx, c.args...)
+			_ = e.process(ctx, once{cmd})
+			c.reply, c.err = cmd.Val(), cmd.Err()
+		}
+	default:
+		s.cmds = s.cmds[:0]
+		for _, c := range calls {
+			s.cmds = append(s.cmds, once{redis.NewIntSliceCmd(ctx, c.args...)})
+		}
+		_ = s.pipe.BatchProcess(ctx, s.cmds...)
+		_, _ = s.pipe.Exec(ctx) // each command carries its own error
+		for i, c := range calls {
+			cmd := s.cmds[i].(once)
+			c.reply, c.err = cmd.Val(), cmd.Err()
+		}
+		clear(s.cmds)
+	}
+}
+
+// evalScripter runs c through the redis.Scripter methods alone, for a
+// client that offers nothing else. Its retries are the client's own.
+func (e *engine) evalScripter(ctx context.Context, c *call) ([]int64, error) {
+	var args []any
+	for _, a := range c.args[4:] {
+		switch v := a.(type) {
+		case *int64:
+			args = append(args, *v)
+		default:
+			args = append(args, v)
+		}
+	}
+	keys := []string{c.key}
+	var cmd *redis.Cmd
+	if c.args[0] == "eval" {
+		cmd = e.rdb.Eval(ctx, c.script.src, keys, args...)
+	} else {
+		cmd = e.rdb.EvalSha(ctx, c.script.sha, keys, args...)
+	}
+	vals, err := cmd.Slice()
+	if err != nil {
+		return nil, err
+	}
+	reply := make([]int64, len(vals))
+	for i, v := range vals {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("script reply %d is %T, want an integer", i, v)
+		}
+		reply[i] = n
+	}
+	return reply, nil
+}
+
+// isRedisReply reports whether err is an error reply from Redis rather than
+// a failure to reach it.
+func isRedisReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}

@@ -1,0 +1,328 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// roundTrips is a go-redis hook that counts what a client sends: single
+// commands, pipelines and the commands in them, and the most round trips
+// in flight at once.
+type roundTrips struct {
+	singles, pipelines, piped atomic.Int64
+	inFlight, maxInFlight     atomic.Int64
+	maxPipeline               atomic.Int64
+}
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !isScript(cmd) { // a connection's handshake
+			return next(ctx, cmd)
+		}
+		h.singles.Add(1)
+		defer h.enter()()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !isScript(cmds[0]) {
+			return next(ctx, cmds)
+		}
+		h.pipelines.Add(1)
+		h.piped.Add(int64(len(cmds)))
+		raise(&h.maxPipeline, int64(len(cmds)))
+		defer h.enter()()
+		return next(ctx, cmds)
+	}
+}
+
+// reset zeroes the counts.
+func (h *roundTrips) reset() {
+	for _, a := range []*atomic.Int64{&h.singles, &h.pipelines, &h.piped, &h.maxInFlight, &h.maxPipeline} {
+		a.Store(0)
+	}
+}
+
+// warm makes one decision, so that the server has the script (the first
+// decision gets NOSCRIPT and is sent again), and zeroes the counts.
+func (h *roundTrips) warm(t *testing.T, lim *core.Limiter, l core.Limit) {
+	t.Helper()
+	if _, err := lim.Allow(context.Background(), "warm-up", l); err != nil {
+		t.Fatal(err)
+	}
+	h.reset()
+}
+
+func isScript(cmd redis.Cmder) bool {
+	name := cmd.Name()
+	return name == "evalsha" || name == "eval"
+}
+
+func (h *roundTrips) enter() (leave func()) {
+	raise(&h.maxInFlight, h.inFlight.Add(1))
+	return func() { h.inFlight.Add(-1) }
+}
+
+func raise(a *atomic.Int64, v int64) {
+	for old := a.Load(); v > old && !a.CompareAndSwap(old, v); old = a.Load() {
+	}
+}
+
+// hammer runs goroutines that each make n decisions on keys from key(g, i)
+// and returns how many were allowed; it fails the test on any error.
+func hammer(t *testing.T, lim *core.Limiter, goroutines, n int, l core.Limit, key func(g, i int) string) int64 {
+	t.Helper()
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < n; i++ {
+				res, err := lim.Allow(context.Background(), key(g, i), l)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if res.Allowed {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return allowed.Load()
+}
+
+// TestBatching: concurrent decisions share round trips, within the batch
+// size and the pipelines in flight; a lone decision is sent at once, alone.
+func TestBatching(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Standalone(t)
+	rdb := srv.Client(t)
+	h := &roundTrips{}
+	rdb.AddHook(h)
+	const batch, pipelines = 16, 2
+	lim := core.New(rdb, core.WithPrefix(uniquePrefix()), core.WithBatchSize(batch), core.WithPipelines(pipelines), patient)
+	h.warm(t, lim, core.PerHour(5))
+	if res, err := lim.Allow(context.Background(), "alone", core.PerHour(5)); err != nil || !res.Allowed {
+		t.Fatalf("lone decision: %+v, %v", res, err)
+	}
+	if h.singles.Load() != 1 || h.pipelines.Load() != 0 {
+		t.Fatalf("a lone decision took %d commands and %d pipelines, want 1 command", h.singles.Load(), h.pipelines.Load())
+	}
+
+	const goroutines, each = 64, 50
+	l := core.PerHour(1_000_000)
+	h.warm(t, lim, l)
+	allowed := hammer(t, lim, goroutines, each, l, func(g, i int) string { return fmt.Sprintf("k%d", (g*each+i)%500) })
+	decisions := int64(goroutines * each)
+	if allowed != decisions {
+		t.Fatalf("%d of %d allowed under a limit nothing reaches", allowed, decisions)
+	}
+	trips := h.singles.Load() + h.pipelines.Load()
+	t.Logf("%d decisions in %d round trips (%d pipelines, largest %d); at most %d in flight",
+		decisions, trips, h.pipelines.Load(), h.maxPipeline.Load(), h.maxInFlight.Load())
+	if got := h.singles.Load() + h.piped.Load(); got != decisions {
+		t.Fatalf("%d commands sent for %d decisions: each must be sent exactly once", got, decisions)
+	}
+	if trips >= decisions/2 {
+		t.Errorf("%d round trips for %d concurrent decisions: they are not being shared", trips, decisions)
+	}
+	if h.maxPipeline.Load() > batch {
+		t.Errorf("a pipeline of %d commands; the batch size is %d", h.maxPipeline.Load(), batch)
+	}
+	if h.maxInFlight.Load() > pipelines {
+		t.Errorf("%d round trips in flight at once; at most %d allowed", h.maxInFlight.Load(), pipelines)
+	}
+}
+
+// TestBatchingOff: WithBatchSize(1) sends every decision on its own.
+func TestBatchingOff(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Standalone(t).Client(t)
+	h := &roundTrips{}
+	rdb.AddHook(h)
+	lim := core.New(rdb, core.WithPrefix(uniquePrefix()), core.WithBatchSize(1), core.WithPipelines(8), patient)
+	h.warm(t, lim, core.PerHour(1000))
+	hammer(t, lim, 32, 20, core.PerHour(1000), func(g, i int) string { return fmt.Sprint(g) })
+	if h.pipelines.Load() != 0 || h.singles.Load() != 32*20 {
+		t.Fatalf("%d pipelines and %d commands for %d decisions, want one command each", h.pipelines.Load(), h.singles.Load(), 32*20)
+	}
+}
+
+// TestPipelinedScriptFlush: after SCRIPT FLUSH, decisions sent together in
+// pipelines get NOSCRIPT and are sent again with the source, once each.
+func TestPipelinedScriptFlush(t *testing.T) {
+	t.Parallel()
+	redistest.Servers(t, func(t *testing.T, newClient func() redis.UniversalClient) {
+		rdb := newClient()
+		lim := core.New(rdb, core.WithPrefix(uniquePrefix()), core.WithPipelines(1), patient)
+		l := core.PerHour(1000)
+		for round := 0; round < 3; round++ {
+			flushAll(t, rdb)
+			// 20 keys of 10 decisions each: every key must have counted 10.
+			hammer(t, lim, 20, 10, l, func(g, i int) string { return fmt.Sprint("k", g) })
+		}
+		for g := 0; g < 20; g++ {
+			res, err := lim.AllowN(context.Background(), fmt.Sprint("k", g), l, 0)
+			if err != nil || res.Remaining != l.Rate-30 {
+				t.Fatalf("key k%d after 3 x 10 decisions: %+v, %v; want Remaining %d", g, res, err, l.Rate-30)
+			}
+		}
+	})
+}
+
+// flushAll empties the script cache of every node.
+func flushAll(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
+	ctx := context.Background()
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.ScriptFlush(ctx).Err() })
+	} else {
+		err = rdb.ScriptFlush(ctx).Err()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRing: a Ring shards keys over servers by their hash tag; decisions
+// are exact on it, batched or not.
+func TestRing(t *testing.T) {
+	t.Parallel()
+	a, b := redistest.Standalone(t), redistest.Standalone(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}})
+	t.Cleanup(func() { ring.Close() })
+	for _, batch := range []int{1, core.DefaultBatchSize} {
+		lim := core.New(ring, core.WithPrefix(uniquePrefix()), core.WithBatchSize(batch), patient)
+		l := core.PerHour(10)
+		// 40 keys x 20 attempts each: exactly 10 of each key's pass.
+		allowed := hammer(t, lim, 40, 20, l, func(g, i int) string { return fmt.Sprint("user", g) })
+		if allowed != 40*10 {
+			t.Fatalf("batch %d: %d allowed, want %d", batch, allowed, 40*10)
+		}
+	}
+	// Both shards hold state: the keys were spread.
+	for _, s := range []*redistest.Server{a, b} {
+		if n := s.Client(t).DBSize(context.Background()).Val(); n == 0 {
+			t.Errorf("shard %s holds no keys", s.Addr)
+		}
+	}
+}
+
+// scripterOnly has the redis.Scripter methods of a client and nothing else,
+// like a wrapper a user might write.
+type scripterOnly struct{ redis.Scripter }
+
+// TestScripterOnly: a Scripter that cannot pipeline or Process is asked
+// through its Eval methods, and handles NOSCRIPT too.
+func TestScripterOnly(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Standalone(t).Client(t)
+	lim := core.New(scripterOnly{rdb}, core.WithPrefix(uniquePrefix()), patient)
+	l := core.PerHour(5)
+	for i := 0; i < 2; i++ {
+		flushAll(t, rdb)
+		if allowed := hammer(t, lim, 8, 4, l, func(g, _ int) string { return fmt.Sprint("k", i) }); allowed != 5 {
+			t.Fatalf("%d allowed, want 5", allowed)
+		}
+	}
+	if err := lim.Reset(context.Background(), "k0", l); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := lim.Allow(context.Background(), "k0", l); err != nil || res.Remaining != 4 {
+		t.Fatalf("after Reset: %+v, %v", res, err)
+	}
+}
+
+// TestTimeoutAndContext: a Redis that never answers costs a decision its
+// timeout, or its context's deadline if that comes first, or nothing at all
+// if the context is already done; errors say which.
+func TestTimeoutAndContext(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Silent(t)})
+	t.Cleanup(func() { rdb.Close() })
+	l := core.PerHour(1)
+
+	lim := core.New(rdb, core.WithTimeout(50*time.Millisecond), core.WithBreaker(0))
+	_, err := lim.Allow(context.Background(), "k", l)
+	if !errors.Is(err, core.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "within 50ms") {
+		t.Fatalf("silent Redis: %v, want ErrTimeout and DeadlineExceeded within 50ms", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = lim.Allow(ctx, "k", l)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, core.ErrTimeout) {
+		t.Fatalf("context deadline first: %v, want the context's DeadlineExceeded, not ErrTimeout", err)
+	}
+
+	done, cancelDone := context.WithCancel(context.Background())
+	cancelDone()
+	if _, err := lim.Allow(done, "k", l); !errors.Is(err, context.Canceled) {
+		t.Fatalf("context already done: %v, want Canceled", err)
+	}
+
+	// No timeout: only the context bounds it, and a per-decision timeout
+	// replaces the Limiter's.
+	none := core.New(rdb, core.WithTimeout(0), core.WithBreaker(0))
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel2()
+	if _, err := none.Allow(ctx2, "k", l); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, core.ErrTimeout) {
+		t.Fatalf("WithTimeout(0): %v, want the context's deadline", err)
+	}
+	_, err = none.Decide(context.Background(), core.Request{Key: "k", Limit: l, N: 1, Timeout: 10 * time.Millisecond})
+	if !errors.Is(err, core.ErrTimeout) || !strings.Contains(err.Error(), "within 10ms") {
+		t.Fatalf("Request.Timeout 10ms: %v", err)
+	}
+}
+
+// TestQueueBound: when every sender is stuck and the queue is full, a
+// decision fails at once with ErrUnavailable instead of waiting.
+func TestQueueBound(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Silent(t)})
+	t.Cleanup(func() { rdb.Close() })
+	lim := core.New(rdb, core.WithBatchSize(1), core.WithPipelines(1), core.WithTimeout(0), core.WithBreaker(0))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var full atomic.Int64
+	const callers = 1100 // the sender holds 1, the queue 1024
+	for i := 0; i < callers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := lim.Allow(ctx, "k", core.PerHour(1)); errors.Is(err, core.ErrUnavailable) {
+				full.Add(1)
+				cancel() // the rest may go
+			}
+		}()
+	}
+	wg.Wait()
+	if full.Load() == 0 {
+		t.Fatal("no decision was refused with ErrUnavailable though the queue was full")
+	}
+}

@@ -1,0 +1,33 @@
+package core
+
+import "time"
+
+// WithLocalClock sets the clock the deny cache reads when the scripts read
+// the Redis server's, for tests whose server clock is fake (miniredis's
+// SetTime): in production both run in real time.
+func WithLocalClock(now func() time.Time) Option {
+	return func(l *Limiter) { l.localClock = now }
+}
+
+// Senders returns how many sender goroutines the Limiter runs now.
+func (l *Limiter) Senders() int {
+	l.engine.mu.Lock()
+	defer l.engine.mu.Unlock()
+	return l.engine.alive
+}
+
+// DenyCacheLen returns how many keys the deny cache holds.
+func (l *Limiter) DenyCacheLen() int {
+	if l.deny == nil {
+		return 0
+	}
+	return l.deny.lru.Len()
+}
+
+// SetLinger changes how long the Limiter's idle senders wait before they
+// stop, so tests of goroutine counts need not wait a second.
+func (l *Limiter) SetLinger(d time.Duration) {
+	l.engine.mu.Lock()
+	defer l.engine.mu.Unlock()
+	l.engine.linger = d
+}
