@@ -99,7 +99,9 @@ func (b *breaker) failure(now time.Time, probe bool, err error) {
 	if b.failures.Load() < BreakerMinFailures || failing < b.after {
 		return
 	}
-	b.err = fmt.Errorf("%w: every decision failed for %v, the last with: %w",
+	// The last error's text, not the error: a decision answered at once is
+	// not, say, a timeout.
+	b.err = fmt.Errorf("%w: every decision failed for %v, the last with: %v",
 		ErrUnavailable, failing.Round(time.Millisecond), err)
 	b.nextProbe = now.Add(BreakerProbeInterval)
 	b.probing = false

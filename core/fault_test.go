@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sort"
 	"strings"
@@ -175,7 +176,8 @@ func faultLimiter(t *testing.T, addr string, opts ...core.Option) *core.Limiter 
 func TestFaultPaused(t *testing.T) {
 	srv := redistest.Standalone(t)
 	baseline := runtime.NumGoroutine()
-	lim := faultLimiter(t, srv.Addr)
+	var log syncBuffer
+	lim := faultLimiter(t, srv.Addr, core.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	tr := steadyTraffic(lim, 8, "paused")
 	time.Sleep(300 * time.Millisecond)
 	paused := tr.since()
@@ -210,6 +212,11 @@ func TestFaultPaused(t *testing.T) {
 	}
 	t.Logf("stopped at %v: breaker open at %v (%d fail-fast decisions); resumed at %v: first success at %v",
 		paused, open.at, len(failFast), resumed, back.at)
+	// One line when the breaker opened and one when it closed, not one per
+	// failed decision.
+	if opened, closed := strings.Count(log.String(), "Redis is failing"), strings.Count(log.String(), "Redis answers again"); opened != 1 || closed != 1 {
+		t.Errorf("logged %d openings and %d closings, want 1 of each:\n%s", opened, closed, log.String())
+	}
 	checkOnce(t, seen, counted(t, lim, "paused"))
 	checkGoroutines(t, lim, baseline)
 }

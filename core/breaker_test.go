@@ -1,0 +1,113 @@
+package core_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// syncBuffer is a log destination safe for concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func silentClient(t *testing.T) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Silent(t)})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// TestBreakerOpens: against a Redis that never answers, decisions time out
+// until they have failed for the breaker's span; then they fail at once
+// with ErrUnavailable, which says why, and the Limiter logs it once.
+func TestBreakerOpens(t *testing.T) {
+	t.Parallel()
+	var log syncBuffer
+	lim := core.New(silentClient(t), core.WithTimeout(20*time.Millisecond), core.WithBreaker(100*time.Millisecond),
+		core.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+	l := core.PerHour(1)
+	began := time.Now()
+	var timeouts int
+	var err error
+	for time.Since(began) < 5*time.Second {
+		_, err = lim.Allow(context.Background(), "k", l)
+		if !errors.Is(err, core.ErrTimeout) {
+			break
+		}
+		timeouts++
+	}
+	if !errors.Is(err, core.ErrUnavailable) || errors.Is(err, core.ErrTimeout) || !strings.Contains(err.Error(), "within 20ms") {
+		t.Fatalf("after %d timeouts: %v, want ErrUnavailable naming (not wrapping) the last error", timeouts, err)
+	}
+	if timeouts < core.BreakerMinFailures || time.Since(began) < 100*time.Millisecond {
+		t.Fatalf("opened after %d timeouts and %v; want at least %d and 100ms", timeouts, time.Since(began), core.BreakerMinFailures)
+	}
+	t.Logf("opened after %d timeouts in %v", timeouts, time.Since(began))
+	var fast int
+	for i := 0; i < 20; i++ {
+		if _, err := lim.Allow(context.Background(), "k", l); errors.Is(err, core.ErrUnavailable) {
+			fast++
+		}
+	}
+	if fast < 15 { // one in a while is a probe, which times out
+		t.Fatalf("%d of 20 decisions failed fast with the breaker open", fast)
+	}
+	if got := strings.Count(log.String(), "Redis is failing"); got != 1 {
+		t.Fatalf("%d log lines about the failure, want 1:\n%s", got, log.String())
+	}
+}
+
+// TestBreakerOff: WithBreaker(0) keeps asking, whatever happens.
+func TestBreakerOff(t *testing.T) {
+	t.Parallel()
+	lim := core.New(silentClient(t), core.WithTimeout(5*time.Millisecond), core.WithBreaker(0))
+	for i := 0; i < 30; i++ {
+		if _, err := lim.Allow(context.Background(), "k", core.PerHour(1)); !errors.Is(err, core.ErrTimeout) {
+			t.Fatalf("decision %d: %v, want a timeout every time", i, err)
+		}
+	}
+}
+
+// TestBreakerIgnoresCallersLeaving: contexts that end before the timeout
+// are the callers' doing, not Redis's failure.
+func TestBreakerIgnoresCallersLeaving(t *testing.T) {
+	t.Parallel()
+	lim := core.New(silentClient(t), core.WithTimeout(time.Second), core.WithBreaker(time.Millisecond))
+	for i := 0; i < 10; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		_, err := lim.Allow(ctx, "k", core.PerHour(1))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, core.ErrTimeout) {
+			t.Fatalf("decision %d: %v, want the caller's deadline", i, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	if _, err := lim.Allow(ctx, "k", core.PerHour(1)); errors.Is(err, core.ErrUnavailable) {
+		t.Fatalf("the breaker opened on callers that left: %v", err)
+	}
+}

@@ -1,0 +1,255 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// denyWorld is a real Redis seen through a client whose script calls are
+// counted, and Limiters on a fake clock.
+type denyWorld struct {
+	rdb    *redis.Client
+	trips  *roundTrips
+	clock  *fakeClock
+	prefix string
+}
+
+func newDenyWorld(t *testing.T, srv *redistest.Server) *denyWorld {
+	rdb := srv.Client(t)
+	h := &roundTrips{}
+	rdb.AddHook(h)
+	return &denyWorld{rdb: rdb, trips: h, clock: &fakeClock{now: t0}, prefix: uniquePrefix()}
+}
+
+func (w *denyWorld) limiter(opts ...core.Option) *core.Limiter {
+	return core.New(w.rdb, append([]core.Option{patient, core.WithPrefix(w.prefix), core.WithClock(w.clock.Now)}, opts...)...)
+}
+
+// sent returns how many scripts reached Redis since the last call.
+func (w *denyWorld) sent() int64 {
+	n := w.trips.singles.Load() + w.trips.piped.Load()
+	w.trips.reset()
+	return n
+}
+
+// TestDenyCache: a denied key is answered in process, counting down to
+// the instant Redis promised, and asked again from that instant on.
+func TestDenyCache(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Standalone(t)
+	for _, a := range suiteAlgorithms {
+		t.Run(a.name, func(t *testing.T) {
+			t.Parallel()
+			w := newDenyWorld(t, srv)
+			// A max age beyond RetryAfter: the cache answers up to the
+			// instant Redis promised.
+			lim, l := w.limiter(core.WithDenyCacheMaxAge(24*time.Hour)), a.limit
+			drain(t, lim, "k", l)
+			denied := allowN(t, lim, "k", l, 1)
+			check(t, "denied by Redis", denied, false, 0)
+			if denied.Cached {
+				t.Fatal("Redis's own denial is marked Cached")
+			}
+			w.sent()
+			for _, step := range []time.Duration{0, time.Microsecond, denied.RetryAfter/2 - time.Microsecond} {
+				w.clock.Advance(step)
+				res := allowN(t, lim, "k", l, 1)
+				if !res.Cached || res.Allowed || res.Limit != l {
+					t.Fatalf("denied key asked again: %+v, want a cached denial", res)
+				}
+				// The denial was made at t0: the clock had not moved yet.
+				if want := denied.RetryAfter - w.clock.Now().Sub(t0); res.RetryAfter != want {
+					t.Fatalf("cached RetryAfter %v, want %v (counting down)", res.RetryAfter, want)
+				}
+			}
+			if n := w.sent(); n != 0 {
+				t.Fatalf("%d scripts sent for a key that is answered locally", n)
+			}
+			// One microsecond before the promise it is still denied, from
+			// the cache; at it Redis is asked and allows.
+			w.clock.Advance(denied.RetryAfter - denied.RetryAfter/2 - time.Microsecond)
+			if res := allowN(t, lim, "k", l, 1); res.Allowed || !res.Cached || res.RetryAfter != time.Microsecond {
+				t.Fatalf("1µs before RetryAfter: %+v, want a cached denial for 1µs more", res)
+			}
+			if n := w.sent(); n != 0 {
+				t.Fatalf("%d scripts sent for a key that is answered locally", n)
+			}
+			w.clock.Advance(time.Microsecond)
+			if res := allowN(t, lim, "k", l, 1); !res.Allowed || res.Cached {
+				t.Fatalf("at RetryAfter: %+v, want allowed by Redis", res)
+			}
+		})
+	}
+}
+
+// TestDenyCacheSubMicrosecond: the scripts see whole microseconds; a
+// cached denial must not outlive Redis's by the fraction the clock had.
+func TestDenyCacheSubMicrosecond(t *testing.T) {
+	t.Parallel()
+	w := newDenyWorld(t, redistest.Standalone(t))
+	w.clock.now = t0.Add(700 * time.Nanosecond)
+	lim, l := w.limiter(), core.PerSecond(1)
+	allowN(t, lim, "k", l, 1)
+	denied := allowN(t, lim, "k", l, 1)
+	w.clock.Advance(denied.RetryAfter - 700*time.Nanosecond) // Redis's instant, to the microsecond
+	if res := allowN(t, lim, "k", l, 1); !res.Allowed {
+		t.Fatalf("at the microsecond Redis promised: %+v", res)
+	}
+}
+
+// TestDenyCacheCosts: a denial of cost n answers n and more; less goes to
+// Redis, which may allow it; a peek and a cost above the burst never use
+// the cache.
+func TestDenyCacheCosts(t *testing.T) {
+	t.Parallel()
+	w := newDenyWorld(t, redistest.Standalone(t))
+	lim, l := w.limiter(), core.PerHour(10)
+	allowN(t, lim, "k", l, 8)
+	check(t, "3 with 2 left", allowN(t, lim, "k", l, 3), false, 2)
+	for _, n := range []int{3, 5} {
+		if res := allowN(t, lim, "k", l, n); !res.Cached || res.Allowed || res.Remaining != 2 {
+			t.Fatalf("cost %d after cost 3 was denied: %+v, want cached, Remaining 2", n, res)
+		}
+	}
+	for _, n := range []int{0, 11} {
+		if res := allowN(t, lim, "k", l, n); res.Cached {
+			t.Fatalf("cost %d answered from the cache: %+v", n, res)
+		}
+	}
+	check(t, "2 with 2 left", allowN(t, lim, "k", l, 2), true, 0)
+}
+
+// TestDenyCacheResetAndLimitChange: Reset through the same Limiter and a
+// changed limit never see a stale denial.
+func TestDenyCacheResetAndLimitChange(t *testing.T) {
+	t.Parallel()
+	w := newDenyWorld(t, redistest.Standalone(t))
+	lim, l := w.limiter(), core.PerHour(2)
+	drain(t, lim, "k", l)
+	check(t, "denied", allowN(t, lim, "k", l, 1), false, 0)
+	if err := lim.Reset(context.Background(), "k", l); err != nil {
+		t.Fatal(err)
+	}
+	check(t, "after Reset", allowN(t, lim, "k", l, 1), true, 1)
+
+	drain(t, lim, "j", l)
+	check(t, "denied", allowN(t, lim, "j", l, 1), false, 0)
+	raised := l
+	raised.Burst = 10
+	if res := allowN(t, lim, "j", raised, 1); !res.Allowed || res.Cached {
+		t.Fatalf("a raised burst got %+v, want allowed by Redis", res)
+	}
+}
+
+// TestDenyCacheMaxAge: a Reset through another Limiter reaches this one's
+// cached denial within the max age, and not before.
+func TestDenyCacheMaxAge(t *testing.T) {
+	t.Parallel()
+	w := newDenyWorld(t, redistest.Standalone(t))
+	a, b := w.limiter(core.WithDenyCacheMaxAge(time.Second)), w.limiter()
+	l := core.PerHour(1)
+	allowN(t, a, "k", l, 1)
+	check(t, "denied", allowN(t, a, "k", l, 1), false, 0)
+	if err := b.Reset(context.Background(), "k", l); err != nil {
+		t.Fatal(err)
+	}
+	w.clock.Advance(time.Second - time.Microsecond)
+	if res := allowN(t, a, "k", l, 1); !res.Cached {
+		t.Fatalf("within the max age: %+v, want the cached denial (the documented staleness)", res)
+	}
+	w.clock.Advance(time.Microsecond)
+	if res := allowN(t, a, "k", l, 1); !res.Allowed {
+		t.Fatalf("after the max age: %+v, want Redis's answer after the other Limiter's Reset", res)
+	}
+}
+
+// TestDenyCacheBoundsAndOff: the cache holds at most its size; 0 keys or a
+// max age of 0 turn it off.
+func TestDenyCacheBoundsAndOff(t *testing.T) {
+	t.Parallel()
+	w := newDenyWorld(t, redistest.Standalone(t))
+	l := core.PerHour(1)
+	small := w.limiter(core.WithDenyCache(8))
+	for i := 0; i < 20; i++ {
+		key := fmt.Sprint("k", i)
+		allowN(t, small, key, l, 1)
+		allowN(t, small, key, l, 1)
+	}
+	if n := small.DenyCacheLen(); n != 8 {
+		t.Fatalf("the cache holds %d keys, want its size 8", n)
+	}
+	if res := allowN(t, small, "k19", l, 1); !res.Cached {
+		t.Fatalf("the latest denial is not cached: %+v", res)
+	}
+	if res := allowN(t, small, "k0", l, 1); res.Cached {
+		t.Fatalf("the oldest denial is still cached: %+v", res)
+	}
+	for _, opt := range []core.Option{core.WithDenyCache(0), core.WithDenyCacheMaxAge(0)} {
+		off := w.limiter(opt)
+		for i := 0; i < 3; i++ {
+			if res := allowN(t, off, "k1", l, 1); res.Cached {
+				t.Fatalf("cache off: %+v", res)
+			}
+		}
+		if n := off.DenyCacheLen(); n != 0 {
+			t.Fatalf("cache off holds %d keys", n)
+		}
+	}
+}
+
+// TestDenyCacheFlood: many goroutines on a denied key cost Redis one
+// decision, not one each.
+func TestDenyCacheFlood(t *testing.T) {
+	t.Parallel()
+	w := newDenyWorld(t, redistest.Standalone(t))
+	lim, l := w.limiter(), core.PerHour(5)
+	drain(t, lim, "hot", l)
+	w.sent()
+	if allowed := hammer(t, lim, 32, 100, l, func(int, int) string { return "hot" }); allowed != 0 {
+		t.Fatalf("%d allowed on a drained key", allowed)
+	}
+	if n := w.sent(); n > 32 {
+		t.Fatalf("3200 decisions on a denied key sent %d scripts; want the first denial's few", n)
+	}
+}
+
+// TestDenyCacheEntrySize measures the memory an entry takes, which the
+// DefaultDenyCacheKeys documentation quotes.
+func TestDenyCacheEntrySize(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	clock := &fakeClock{now: t0}
+	lim := core.New(redis.NewClient(&redis.Options{Addr: m.Addr()}), core.WithClock(clock.Now), patient)
+	const n = 2000
+	l := core.PerHour(1)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%034d", i) // a 40-byte identity
+		allowN(t, lim, keys[i], l, 1)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for _, k := range keys {
+		allowN(t, lim, k, l, 1)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if got := lim.DenyCacheLen(); got != n {
+		t.Fatalf("%d entries, want %d", got, n)
+	}
+	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("%.0f bytes per deny cache entry (40-byte identity)", per)
+	if per > 600 {
+		t.Errorf("%.0f bytes per entry; DefaultDenyCacheKeys's documentation says about 350", per)
+	}
+}
