@@ -76,15 +76,11 @@ func newEngine(rdb redis.Scripter, batch, senders int) *engine {
 }
 
 // call is one script run: the Limiter fills it, a sender runs it, done
-// carries the answer back. Calls are pooled. The argument list points at
-// the call's own fields, which go-redis writes without boxing them, so only
-// the key is boxed per call.
+// carries the answer back. Calls are pooled, with their argument lists.
 type call struct {
 	script *script
 	key    string
-	now    int64              // ARGV[1] when the Limiter has a clock
-	nums   [1 + maxArgs]int64 // ARGV[2...]: the cost, then the algorithm's
-	args   []any              // EVALSHA|EVAL, sha|source, 1, key, ARGV...
+	args   []any // EVALSHA|EVAL, sha|source, 1, key, ARGV...
 
 	reply []int64
 	err   error
@@ -99,31 +95,15 @@ const (
 )
 
 var calls = sync.Pool{New: func() any {
-	return &call{done: make(chan struct{}, 1), args: make([]any, 0, 6+len(call{}.nums))}
+	return &call{done: make(chan struct{}, 1), args: make([]any, 0, 6+maxArgs)}
 }}
 
-// newCall returns a call of s with key and no ARGV yet.
-func newCall(s *script, key string) *call {
+// newCall returns a call of s with key and the ARGV given.
+func newCall(s *script, key string, argv ...any) *call {
 	c := calls.Get().(*call)
 	c.script, c.key = s, key
-	c.args = append(c.args[:0], "evalsha", s.shaArg, 1, key)
+	c.args = append(append(c.args[:0], "evalsha", s.shaArg, 1, key), argv...)
 	return c
-}
-
-// decision adds the prelude's ARGV (the clock, or "" for the server's, and
-// the cost) and the algorithm's.
-func (c *call) decision(now int64, clock bool, cost int, argv [maxArgs]int64, n int) {
-	if clock {
-		c.now = now
-		c.args = append(c.args, &c.now)
-	} else {
-		c.args = append(c.args, "")
-	}
-	c.nums[0] = int64(cost)
-	copy(c.nums[1:], argv[:n])
-	for i := 0; i <= n; i++ {
-		c.args = append(c.args, &c.nums[i])
-	}
 }
 
 // recycle returns the call to the pool. Only its last owner calls it.

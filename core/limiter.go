@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -121,6 +122,7 @@ type Limiter struct {
 	localClock func() time.Time
 	timeout    time.Duration
 	engine     *engine
+	args       argCache
 	deny       *denyCache // nil: off
 	breaker    breaker
 
@@ -323,9 +325,12 @@ func (l *Limiter) Decide(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 
-	c := newCall(d.script, rkey)
-	argv, nargs := d.args(limit)
-	c.decision(now.UnixMicro(), l.clock != nil, cost, argv, nargs)
+	var clock any = "" // the server's
+	if l.clock != nil {
+		clock = now.UnixMicro()
+	}
+	c := newCall(d.script, rkey, clock, cost)
+	c.args = append(c.args, l.args.get(limit, d)...)
 	reply, err := l.run(ctx, c, req.Timeout)
 	if err != nil {
 		return Result{}, fmt.Errorf("redlimit: %s decision for %q: %w", d.suffix, req.Key, err)
@@ -444,3 +449,38 @@ func (l *Limiter) key(id string, d *descriptor) (string, error) {
 }
 
 var keyEscaper = strings.NewReplacer("%", "%25", "}", "%7D")
+
+// maxCachedLimits bounds the limits whose arguments a Limiter keeps boxed.
+const maxCachedLimits = 1024
+
+// argCache keeps each limit's script arguments (its algorithm's ARGV)
+// boxed, so that a decision does not allocate to pass them. Most programs
+// use a handful of limits; past maxCachedLimits, arguments are boxed per
+// call.
+type argCache struct {
+	mu sync.RWMutex
+	m  map[Limit][]any
+}
+
+func (c *argCache) get(l Limit, d *descriptor) []any {
+	c.mu.RLock()
+	args, ok := c.m[l]
+	c.mu.RUnlock()
+	if ok {
+		return args
+	}
+	argv, n := d.args(l)
+	args = make([]any, n)
+	for i := range args {
+		args[i] = argv[i]
+	}
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[Limit][]any)
+	}
+	if len(c.m) < maxCachedLimits {
+		c.m[l] = args
+	}
+	c.mu.Unlock()
+	return args
+}
