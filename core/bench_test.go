@@ -54,6 +54,42 @@ func BenchmarkAllow(b *testing.B) {
 	}
 }
 
+// BenchmarkScript measures each algorithm's script alone on a real
+// redis-server: one client sends the decisions in pipelines of 100 over
+// 1000 keys, so the server is the bottleneck and its time per call, from
+// INFO commandstats, is not inflated by the client's work on the same
+// cores. server-us/op is the figure the README's algorithm table quotes.
+func BenchmarkScript(b *testing.B) {
+	rdb := redistest.Standalone(b).Client(b)
+	ctx := context.Background()
+	for _, a := range suiteAlgorithms {
+		l := a.limit
+		l.Rate, l.Period, l.Burst = 100, time.Second, 0
+		src, sha, argv := core.Script(l)
+		b.Run(a.name, func(b *testing.B) {
+			if err := rdb.ScriptLoad(ctx, src).Err(); err != nil {
+				b.Fatal(err)
+			}
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			prefix := uniquePrefix()
+			b.ResetTimer()
+			for i := 0; i < b.N; i += 100 {
+				pipe := rdb.Pipeline()
+				for j := i; j < min(i+100, b.N); j++ {
+					pipe.EvalSha(ctx, sha, []string{fmt.Sprintf("%s{k%d}:x", prefix, j%1000)}, argv...)
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(serverMicrosPerCall(b, rdb, "evalsha"), "server-us/op")
+		})
+	}
+}
+
 // keyBytes runs one period of traffic at l's full rate through a fresh key,
 // evenly spaced on a simulated clock, and returns MEMORY USAGE of its state.
 func keyBytes(b *testing.B, rdb *redis.Client, l core.Limit) float64 {

@@ -31,3 +31,11 @@ func (l *Limiter) SetLinger(d time.Duration) {
 	defer l.engine.mu.Unlock()
 	l.engine.linger = d
 }
+
+// Script returns the decision script of l and the ARGV it takes for a cost
+// of 1 on the server's clock, for benchmarks of the scripts alone.
+func Script(l Limit) (src, sha string, argv []any) {
+	d := l.descriptor()
+	var a argCache
+	return d.script.src, d.script.sha, append([]any{"", 1}, a.get(l, d)...)
+}
