@@ -93,6 +93,28 @@ func first(seen []outcome, from time.Duration, ok func(outcome) bool) (outcome, 
 	return outcome{}, false
 }
 
+// checkOpened: the breaker opened within about a second of Redis failing
+// at from; it returns the first fail-fast decision.
+func checkOpened(t *testing.T, seen []outcome, from time.Duration) outcome {
+	t.Helper()
+	open, ok := first(seen, from, func(o outcome) bool { return errors.Is(o.err, core.ErrUnavailable) })
+	if !ok || open.at-from > 1500*time.Millisecond {
+		t.Fatalf("the breaker did not open within about a second of Redis failing (first fail-fast at %v, failed at %v)", open.at, from)
+	}
+	return open
+}
+
+// checkResumed: decisions succeeded again within about a second of Redis's
+// return at from; it returns the first success.
+func checkResumed(t *testing.T, seen []outcome, from time.Duration) outcome {
+	t.Helper()
+	back, ok := first(seen, from, func(o outcome) bool { return o.allowed })
+	if !ok || back.at-from > 1500*time.Millisecond {
+		t.Fatalf("decisions did not resume within about a second of Redis's return (first success at %v, back at %v)", back.at, from)
+	}
+	return back
+}
+
 // tally sums what callers saw: allowed, and failed (which may have counted).
 func tally(seen []outcome) (allowed, failed int64) {
 	for _, o := range seen {
@@ -192,10 +214,7 @@ func TestFaultPaused(t *testing.T) {
 	if _, ok := first(seen, paused, func(o outcome) bool { return errors.Is(o.err, core.ErrTimeout) }); !ok {
 		t.Fatal("no decision timed out while Redis was stopped")
 	}
-	open, ok := first(seen, paused, func(o outcome) bool { return errors.Is(o.err, core.ErrUnavailable) })
-	if !ok || open.at-paused > 1500*time.Millisecond {
-		t.Fatalf("the breaker did not open within about a second of Redis stopping (first fail-fast at %v, stopped at %v)", open.at, paused)
-	}
+	open := checkOpened(t, seen, paused)
 	var failFast []time.Duration
 	for _, o := range seen {
 		if errors.Is(o.err, core.ErrUnavailable) {
@@ -206,10 +225,7 @@ func TestFaultPaused(t *testing.T) {
 	if p99 := failFast[len(failFast)*99/100]; p99 > 20*time.Millisecond {
 		t.Errorf("fail-fast decisions took up to %v (p99); they should not wait for Redis", p99)
 	}
-	back, ok := first(seen, resumed, func(o outcome) bool { return o.allowed })
-	if !ok || back.at-resumed > 1500*time.Millisecond {
-		t.Fatalf("decisions did not resume within about a second of Redis's return (first success at %v, resumed at %v)", back.at, resumed)
-	}
+	back := checkResumed(t, seen, resumed)
 	t.Logf("stopped at %v: breaker open at %v (%d fail-fast decisions); resumed at %v: first success at %v",
 		paused, open.at, len(failFast), resumed, back.at)
 	// One line when the breaker opened and one when it closed, not one per
@@ -236,10 +252,7 @@ func TestFaultKilledAndRestarted(t *testing.T) {
 	seen := tr.stop()
 
 	checkBounded(t, seen, core.DefaultTimeout)
-	open, ok := first(seen, killed, func(o outcome) bool { return errors.Is(o.err, core.ErrUnavailable) })
-	if !ok || open.at-killed > 1500*time.Millisecond {
-		t.Fatalf("the breaker did not open within about a second of Redis dying (first fail-fast at %v, killed at %v)", open.at, killed)
-	}
+	open := checkOpened(t, seen, killed)
 	// While it was down, few decisions reached the client (and its dial
 	// error log): only the probes.
 	var tried int
@@ -252,10 +265,7 @@ func TestFaultKilledAndRestarted(t *testing.T) {
 		t.Errorf("%d decisions went to a dead Redis while the breaker was open; want about one per %v (at most %d)",
 			tried, core.BreakerProbeInterval, limit)
 	}
-	back, ok := first(seen, restarted, func(o outcome) bool { return o.allowed })
-	if !ok || back.at-restarted > 1500*time.Millisecond {
-		t.Fatalf("decisions did not resume within about a second of the restart (first success at %v, restarted at %v)", back.at, restarted)
-	}
+	back := checkResumed(t, seen, restarted)
 	t.Logf("killed at %v: breaker open at %v, %d probes; restarted at %v: first success at %v", killed, open.at, tried, restarted, back.at)
 	// A restarted Redis has lost its state, so only what ended after the
 	// restart began can have counted (what ran before it failed or was lost).
