@@ -1,8 +1,11 @@
 package redlimit
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path"
 	"sort"
@@ -10,6 +13,13 @@ import (
 
 	"github.com/redlimit/redlimit/core"
 )
+
+// ErrInvalidRules is wrapped by the errors of ParseRules and NewRuleSet for
+// a rules table that is not one: a document that is not a JSON object of
+// pattern to limit string, a table without rules, a pattern given twice, a
+// limit that is empty or not a string. None of these is ever taken to mean
+// "no limit".
+var ErrInvalidRules = errors.New("redlimit: invalid rules")
 
 // Rules maps route patterns to limit strings, for many routes in one place:
 //
@@ -22,19 +32,114 @@ import (
 // precedence, against the request's cleaned path; a request no rule
 // matches passes without a limit. Each rule is its own policy, named by its
 // pattern, so requests are counted per rule and key, never per raw path.
+//
+// A table has at least one rule: an empty one is an error (ErrInvalidRules),
+// never a table that limits nothing.
 type Rules map[string]string
 
 // ParseRules reads Rules from a JSON object of pattern to limit string.
-// The rules are checked by NewRuleSet.
+//
+// Anything else is an error wrapping ErrInvalidRules that says what was
+// wrong: a document that is not an object (null, an array, a string, a
+// number, nothing at all) or has data after it, an object without rules, a
+// pattern given twice (named in the error; neither value wins), a limit that
+// is not a string, and an empty limit string (that error also wraps
+// core.ErrInvalidLimit). Patterns and the limits' grammar are checked by
+// NewRuleSet.
 func ParseRules(data []byte) (Rules, error) {
-	var rules Rules
-	if err := json.Unmarshal(data, &rules); err != nil {
-		return nil, fmt.Errorf("redlimit: rules: want a JSON object of pattern to limit string: %w", err)
+	// Walk the object token by token, to see every key in order: decoding
+	// into a map would keep the last of two equal patterns.
+	dec := json.NewDecoder(bytes.NewReader(data))
+	const want = "want a JSON object of pattern to limit string"
+	tok, err := dec.Token()
+	if err == io.EOF {
+		return nil, fmt.Errorf("%w: %s, got an empty document", ErrInvalidRules, want)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRules, want, err)
+	}
+	if tok != json.Delim('{') {
+		return nil, fmt.Errorf("%w: %s, got %s", ErrInvalidRules, want, describeToken(tok))
+	}
+	rules := Rules{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRules, want, err)
+		}
+		pattern, ok := tok.(string)
+		if !ok { // not reached: the decoder reports such a key as a syntax error
+			return nil, fmt.Errorf("%w: %s, got the key %s", ErrInvalidRules, want, describeToken(tok))
+		}
+		if _, dup := rules[pattern]; dup {
+			return nil, fmt.Errorf("%w: pattern %q is given twice", ErrInvalidRules, pattern)
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRules, want, err)
+		}
+		var spec string
+		if raw[0] != '"' || json.Unmarshal(raw, &spec) != nil {
+			return nil, fmt.Errorf("%w: rule %q: the limit must be a string, not %s", ErrInvalidRules, pattern, abbreviate(raw))
+		}
+		if strings.TrimSpace(spec) == "" {
+			_, err := core.ParseLimit(spec) // says what a limit looks like
+			return nil, fmt.Errorf("%w: rule %q: %w", ErrInvalidRules, pattern, err)
+		}
+		rules[pattern] = spec
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRules, want, err)
+	}
+	if len(rules) == 0 {
+		return nil, errNoRules
+	}
+	if tok, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			err = fmt.Errorf("found %s", describeToken(tok))
+		}
+		return nil, fmt.Errorf("%w: data after the rules object: %w", ErrInvalidRules, err)
 	}
 	return rules, nil
 }
 
-// RuleSet is a compiled Rules table. It is safe for concurrent use.
+// errNoRules is the error for a table without rules, parsed or built.
+var errNoRules = fmt.Errorf("%w: the table has no rules; every request would pass without a limit", ErrInvalidRules)
+
+// describeToken names the JSON value a token starts.
+func describeToken(tok json.Token) string {
+	switch tok := tok.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case float64, json.Number:
+		return "a number"
+	case string:
+		return "a string"
+	case json.Delim:
+		switch tok {
+		case '[':
+			return "an array"
+		case '{':
+			return "an object"
+		}
+		return fmt.Sprintf("%q", string(tok))
+	}
+	return fmt.Sprintf("%v", tok)
+}
+
+// abbreviate shows a JSON value in an error message, cut short if long.
+func abbreviate(raw []byte) string {
+	const maxLen = 40
+	if len(raw) > maxLen {
+		return string(raw[:maxLen]) + "..."
+	}
+	return string(raw)
+}
+
+// RuleSet is a compiled Rules table, built by NewRuleSet (the zero RuleSet
+// is not usable). It is safe for concurrent use.
 type RuleSet struct {
 	mux      *http.ServeMux
 	policies []*Policy // in pattern order
@@ -42,8 +147,13 @@ type RuleSet struct {
 
 // NewRuleSet checks every rule and builds its policy with opts (each
 // policy's name is its pattern, whatever opts say). Errors name the rule
-// that is wrong.
+// that is wrong; a bad limit wraps core.ErrInvalidLimit. A table without
+// rules (nil or empty) is an error wrapping ErrInvalidRules, as it is for
+// ParseRules.
 func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error) {
+	if len(rules) == 0 {
+		return nil, errNoRules
+	}
 	rs := &RuleSet{mux: http.NewServeMux()}
 	patterns := make([]string, 0, len(rules))
 	for pattern := range rules {

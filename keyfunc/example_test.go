@@ -46,3 +46,17 @@ func ExampleFirst() {
 	// ip:2001:db8:1:2::/64
 	// user:alice
 }
+
+func ExampleTrustHeader() {
+	// Behind a proxy in 10.0.0.0/8 that sets X-Real-IP. Whether it replaces
+	// the header or appends to it, the last value is the one it set.
+	ip := keyfunc.IP(keyfunc.TrustProxies("10.0.0.0/8"), keyfunc.TrustHeader("X-Real-IP"))
+
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "10.0.0.5:40000"
+	r.Header.Add("X-Real-IP", "6.6.6.6")      // sent by the client
+	r.Header.Add("X-Real-IP", "198.51.100.1") // appended by the proxy
+	key, _ := ip(r)
+	fmt.Println(key)
+	// Output: ip:198.51.100.1
+}

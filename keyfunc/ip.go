@@ -72,8 +72,20 @@ func ParsePrefixes(cidrs ...string) ([]netip.Prefix, error) {
 
 // TrustHeader makes IP read the client address from a single-value header a
 // trusted proxy sets, such as "X-Real-IP" or "CF-Connecting-IP", instead of
-// walking X-Forwarded-For. It counts only when the peer is a trusted proxy;
-// when it is missing or invalid, X-Forwarded-For is walked as usual.
+// walking X-Forwarded-For. It counts only when the peer is a trusted proxy.
+//
+// The value used is the last one: the last comma-separated entry of the
+// header's last line. A proxy that replaces the header leaves only its own
+// value; a proxy that appends (a new line, or ", value" on the last line)
+// puts its own value last. Every earlier value may have been written by the
+// client and is ignored, so a client cannot choose its key by sending the
+// header itself. When the header is missing or its last value is empty or
+// not an address, the header is ignored (an earlier value is never used)
+// and X-Forwarded-For is walked as usual.
+//
+// Have one proxy set the header: where several append to it, the last value
+// is the address of the proxy before the nearest, and all clients share it.
+// For chains of proxies, walk X-Forwarded-For instead.
 func TrustHeader(name string) IPOption {
 	return func(c *ipConfig) { c.header = http.CanonicalHeaderKey(name) }
 }
@@ -94,10 +106,11 @@ func IPv6Prefix(bits int) IPOption {
 //
 // By default the client is the peer, r.RemoteAddr, and forwarding headers
 // are ignored: a client cannot forge its way into another key. When the
-// peer is a trusted proxy (TrustProxies), the client is the header set by
-// TrustHeader if present, else the first address in X-Forwarded-For, read
-// from the right, that is not itself a trusted proxy. An unparsable
-// RemoteAddr is an ErrNoKey error.
+// peer is a trusted proxy (TrustProxies), the client is the last value of
+// the header named by TrustHeader if that is an address, else the first
+// address in X-Forwarded-For, read from the right, that is not itself a
+// trusted proxy. Values a client wrote to the left of those its proxies
+// added never count. An unparsable RemoteAddr is an ErrNoKey error.
 func IP(opts ...IPOption) Func {
 	c := ipConfig{ipv6Prefix: DefaultIPv6Prefix}
 	for _, opt := range opts {
@@ -118,7 +131,7 @@ func (c *ipConfig) client(r *http.Request, peer netip.Addr) netip.Addr {
 		return peer
 	}
 	if c.header != "" {
-		if a, err := parseHost(r.Header.Get(c.header)); err == nil {
+		if a, ok := lastValue(r.Header.Values(c.header)); ok {
 			return a
 		}
 	}
@@ -146,6 +159,21 @@ func (c *ipConfig) client(r *http.Request, peer netip.Addr) netip.Addr {
 		}
 	}
 	return client // every hop is trusted: the leftmost is the client
+}
+
+// lastValue parses the last comma-separated value of the last of a
+// single-value header's lines: the one the nearest trusted proxy set.
+// Earlier values, which the client may have sent, are never looked at.
+func lastValue(lines []string) (netip.Addr, bool) {
+	if len(lines) == 0 {
+		return netip.Addr{}, false
+	}
+	v := lines[len(lines)-1]
+	if i := strings.LastIndexByte(v, ','); i >= 0 {
+		v = v[i+1:]
+	}
+	a, err := parseHost(strings.TrimSpace(v))
+	return a, err == nil
 }
 
 func (c *ipConfig) isTrusted(a netip.Addr) bool {

@@ -2,6 +2,7 @@ package keyfunc_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -181,6 +182,143 @@ func FuzzIP(f *testing.F) {
 		withHeaders, errHeaders := plain(r)
 		if bare != withHeaders || (errBare == nil) != (errHeaders == nil) {
 			t.Fatalf("untrusted peer %q: headers changed the key from %q to %q", remote, bare, withHeaders)
+		}
+	})
+}
+
+// viaAppendingProxy returns the request a trusted proxy at 10.0.0.1 sends
+// on for client, having received the header lines sent from the client: it
+// keeps them and appends client's address to header and to X-Forwarded-For,
+// on a new line or, with sameLine, to the last line after a comma.
+func viaAppendingProxy(client, header string, sameLine bool, sent ...string) *http.Request {
+	r := request("10.0.0.1:40000", sent...)
+	for _, name := range []string{header, "X-Forwarded-For"} {
+		name = http.CanonicalHeaderKey(name)
+		if n := len(r.Header[name]); sameLine && n > 0 {
+			r.Header[name][n-1] += ", " + client
+		} else {
+			r.Header[name] = append(r.Header[name], client)
+		}
+	}
+	return r
+}
+
+// TestTrustHeaderAppendingProxy attacks TrustHeader as a client would
+// behind a trusted proxy that appends to the header instead of replacing
+// it: whatever the client writes into the header, in as many lines and
+// values as it likes, all its requests share one key, its real address's.
+func TestTrustHeaderAppendingProxy(t *testing.T) {
+	t.Parallel()
+	forgeries := [][]string{
+		nil,
+		{"6.6.6.1"},
+		{"6.6.6.2, 6.6.6.3"},
+		{"6.6.6.4", "6.6.6.5"},
+		{" 6.6.6.6 "},
+		{"\t6.6.6.7\t,\t6.6.6.8\t"},
+		{""},
+		{"", ""},
+		{","},
+		{", , ,"},
+		{"6.6.6.9,"},
+		{"garbage"},
+		{"garbage", "6.6.6.10, not an address"},
+		{"[2001:db8:66::1]:443"},
+		{"2001:db8:66::2, [2001:db8:66::3]"},
+		{"10.0.0.9"}, // a trusted proxy's address
+		{"198.51.100.7, 6.6.6.11"},
+		{"6.6.6.12:80"},
+	}
+	for i := 0; i < 100; i++ {
+		forgeries = append(forgeries, []string{fmt.Sprintf("6.7.%d.%d", i/10, i%10)})
+	}
+	proxies := keyfunc.TrustProxies("10.0.0.0/8")
+	for _, client := range []struct{ addr, key string }{
+		{"198.51.100.7", "ip:198.51.100.7"},
+		{"2001:db8:5:6::7", "ip:2001:db8:5:6::/64"},
+	} {
+		for _, header := range []string{"X-Real-IP", "CF-Connecting-IP"} {
+			ip := keyfunc.IP(proxies, keyfunc.TrustHeader(header))
+			for _, sameLine := range []bool{false, true} {
+				keys := map[string][]string{}
+				for _, lines := range forgeries {
+					for _, withXFF := range []bool{false, true} {
+						var sent []string
+						for _, v := range lines {
+							sent = append(sent, header, v)
+						}
+						if withXFF {
+							sent = append(sent, "X-Forwarded-For", "6.6.6.13")
+						}
+						r := viaAppendingProxy(client.addr, header, sameLine, sent...)
+						key, err := ip(r)
+						if err != nil {
+							key = "error: " + err.Error()
+						}
+						keys[key] = append(keys[key], fmt.Sprintf("%q", r.Header.Values(header)))
+					}
+				}
+				if len(keys) == 1 && keys[client.key] != nil {
+					continue
+				}
+				var wrong []string
+				for key, sent := range keys {
+					if key != client.key && len(wrong) < 3 {
+						wrong = append(wrong, fmt.Sprintf("%s gave %q", sent[0], key))
+					}
+				}
+				how := "a new line"
+				if sameLine {
+					how = "the last line"
+				}
+				t.Errorf("%s from %s, a proxy appending to %s: %d keys, want 1 (%s); for example %s",
+					header, client.addr, how, len(keys), client.key, strings.Join(wrong, ", "))
+			}
+		}
+	}
+}
+
+// TestTrustHeaderLastValue: the value the nearest trusted proxy set, the
+// last one, counts; when it is not an address, the header is ignored and
+// X-Forwarded-For is walked, never an earlier value used.
+func TestTrustHeaderLastValue(t *testing.T) {
+	t.Parallel()
+	ip := keyfunc.IP(keyfunc.TrustProxies("10.0.0.0/8"), keyfunc.TrustHeader("X-Real-IP"))
+	tests := []struct {
+		name    string
+		headers []string
+		want    string
+	}{
+		{"one value", []string{"X-Real-IP", "198.51.100.1"}, "ip:198.51.100.1"},
+		{"the last of one line", []string{"X-Real-IP", "6.6.6.6, 198.51.100.1"}, "ip:198.51.100.1"},
+		{"the last of several lines", []string{"X-Real-IP", "6.6.6.6", "X-Real-IP", "198.51.100.1"}, "ip:198.51.100.1"},
+		{"the last of the last line", []string{"X-Real-IP", "6.6.6.6", "X-Real-IP", "6.6.6.7 ,198.51.100.1 "}, "ip:198.51.100.1"},
+		{"last value empty: XFF", []string{"X-Real-IP", "6.6.6.6,", "X-Forwarded-For", "198.51.100.2"}, "ip:198.51.100.2"},
+		{"last line empty: XFF", []string{"X-Real-IP", "6.6.6.6", "X-Real-IP", "", "X-Forwarded-For", "198.51.100.2"}, "ip:198.51.100.2"},
+		{"last value garbage: XFF", []string{"X-Real-IP", "6.6.6.6, garbage", "X-Forwarded-For", "198.51.100.2"}, "ip:198.51.100.2"},
+		{"last value garbage, no XFF: the peer", []string{"X-Real-IP", "6.6.6.6, garbage"}, "ip:10.0.0.1"},
+	}
+	for _, tt := range tests {
+		got, err := ip(request("10.0.0.1:1", tt.headers...))
+		if err != nil || got != tt.want {
+			t.Errorf("%s: got %q, %v; want %q", tt.name, got, err, tt.want)
+		}
+	}
+}
+
+// FuzzTrustHeaderAppended: whatever one header line a client sends, once
+// an appending trusted proxy has added the client's address, the key is
+// that address.
+func FuzzTrustHeaderAppended(f *testing.F) {
+	for _, seed := range []string{"", "6.6.6.6", "6.6.6.6, 6.6.6.7", " , ,", "garbage", "[::1]:80", "10.0.0.9", "1.2.3.4,"} {
+		f.Add(seed, false)
+		f.Add(seed, true)
+	}
+	ip := keyfunc.IP(keyfunc.TrustProxies("10.0.0.0/8"), keyfunc.TrustHeader("X-Real-IP"))
+	f.Fuzz(func(t *testing.T, sent string, sameLine bool) {
+		r := viaAppendingProxy("198.51.100.7", "X-Real-IP", sameLine, "X-Real-IP", sent)
+		if key, err := ip(r); err != nil || key != "ip:198.51.100.7" {
+			t.Fatalf("client sent X-Real-IP %q: key %q, %v; want ip:198.51.100.7", sent, key, err)
 		}
 	})
 }
