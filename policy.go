@@ -169,9 +169,10 @@ func WithHeaders(profile HeaderProfile) Option {
 type Decision struct {
 	// Policy is the name of the policy that decided.
 	Policy string
-	// Key is the Redis key the decision was made under (the policy name, a
-	// '|', and the request's key, hashed when long); "" when skipped or
-	// when the key function failed.
+	// Key is the request's key, from the key function, as the Limiter was
+	// given it (hashed when long); the policy's name is the scope of its
+	// state (see core.Term). "" when skipped or when the key function
+	// failed.
 	Key string
 	// Result is the limiter's answer. It is zero when the request was
 	// skipped, had no key, or Redis failed under FailOpen or FailClosed.
@@ -238,7 +239,6 @@ type Policy struct {
 	lim       *core.Limiter
 	limit     core.Limit
 	name      string
-	keyPrefix string // name + "|"
 	key       keyfunc.Func
 	cost      int
 	skip      func(*http.Request) bool
@@ -285,7 +285,6 @@ func NewPolicy(lim *core.Limiter, limit core.Limit, opts ...Option) (*Policy, er
 		return nil, fmt.Errorf("redlimit: policy name of %d bytes is longer than %d", len(p.name), MaxNameLen)
 	}
 	p.name = names.claim(p.name, limit)
-	p.keyPrefix = p.name + "|"
 	p.headers = newHeaderValues(p.headers.profile, p.name, limit)
 	if p.failure == FailLocal {
 		p.local = newLocalLimiter(limit, p.localKeys)
@@ -342,7 +341,7 @@ func (p *Policy) decide(w http.ResponseWriter, r *http.Request) Decision {
 		}
 		return d
 	}
-	d.Key = p.keyPrefix + hashLong(key)
+	d.Key = hashLong(key)
 
 	d.Result, d.Err = p.allow(r.Context(), d.Key)
 	if d.Err != nil {
@@ -388,7 +387,8 @@ func (p *Policy) decide(w http.ResponseWriter, r *http.Request) Decision {
 // the Limiter's) and the request's context. The Limiter bounds the wait
 // without a goroutine per request.
 func (p *Policy) allow(ctx context.Context, key string) (core.Result, error) {
-	return p.lim.Decide(ctx, core.Request{Key: key, Limit: p.limit, N: p.cost, Timeout: p.timeout})
+	terms := [1]core.Term{{Scope: p.name, Limit: p.limit, N: p.cost}}
+	return p.lim.Decide(ctx, core.Request{Key: key, Terms: terms[:], Timeout: p.timeout})
 }
 
 // Deny answers a request whose Decision is not Allowed: with the deny

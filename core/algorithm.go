@@ -3,8 +3,10 @@ package core
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redlimit/redlimit/lua"
 )
@@ -23,21 +25,44 @@ func newScript(src string) *script {
 	return &script{src: src, sha: sha, srcArg: src, shaArg: sha}
 }
 
-// maxArgs is the most ARGV an algorithm's body reads, from ARGV[3] on.
+// maxArgs is the most ARGV an algorithm reads.
 const maxArgs = 4
 
-// descriptor is everything the Limiter knows of one algorithm (or variant:
-// the stepped token bucket keeps other state than the continuous one). Its
-// script is lua/<body>.lua after the prelude.
+// knob is a Limit field that only some algorithms read.
+type knob uint8
+
+const (
+	knobBuckets  knob = 1 << iota // Buckets
+	knobStepped                   // Stepped
+	knobShape                     // Shape, and MaxDelay with it
+	knobMaxDelay                  // MaxDelay
+)
+
+// descriptor is everything the Limiter knows of one algorithm, or of one
+// variant of it whose script entry or state differs (the stepped token
+// bucket keeps other state than the continuous one; the shaping leaky
+// bucket reads one more argument). It is the one place to read, beside the
+// algorithm's lua/<file>.lua, and adding an algorithm means adding one
+// entry to algorithms (or to a variant's parent) and one line to the
+// shared behaviour suite (suiteAlgorithms in suite_test.go).
 type descriptor struct {
+	// name is the algorithm's entry in the scripts' table:
+	// algorithms.<name> in lua/<file>.lua.
+	name, file string
+	// script decides limits of this algorithm alone; requests that mix
+	// algorithms run mixedScript.
 	script *script
-	// suffix follows "}:" in the key; variants whose state means different
-	// things never share a key.
+	// suffix follows "}:" in the key, before the period; variants whose
+	// state means different things never share a key.
 	suffix string
 	// window: the allowance is Rate per Period, and Burst must equal Rate.
 	window bool
-	// args returns the ARGV the body reads from ARGV[3] on (the prelude's
-	// ARGV[1] and ARGV[2] are the clock and the cost), in argv[:n].
+	// knobs are the Limit fields beyond Rate, Period and Burst that the
+	// algorithm reads; check validates their values.
+	knobs knob
+	check func(l Limit) error
+	// args returns the ARGV the algorithm reads (after its cost and name),
+	// in argv[:n]; n is the same for every limit.
 	args func(l Limit) (argv [maxArgs]int64, n int)
 	// span returns the largest integer the script will hold for l, beyond
 	// the clock, so Validate can refuse limits Lua cannot count exactly. It
@@ -45,63 +70,150 @@ type descriptor struct {
 	span func(l Limit) float64
 }
 
-func newDescriptor(body string, d descriptor) *descriptor {
-	d.script = newScript(lua.Decision(body))
-	if d.suffix == "" {
-		d.suffix = body
-	}
-	return &d
-}
-
-// algorithms holds the descriptor of every algorithm, by name.
+// algorithms holds the descriptor of every algorithm, by name. Variants
+// are picked by Limit.descriptor.
 var algorithms = map[Algorithm]*descriptor{
-	GCRA: newDescriptor("gcra", descriptor{
+	GCRA: {file: "gcra",
 		args: func(l Limit) ([maxArgs]int64, int) {
 			return [maxArgs]int64{gcraInterval(l), int64(l.Capacity())}, 2
 		},
 		span: func(l Limit) float64 { return float64(l.Capacity()) * float64(gcraInterval(l)) },
-	}),
-	TokenBucket: newDescriptor("token_bucket", descriptor{args: bucketArgs, span: unitSpan}),
-	LeakyBucket: newDescriptor("leaky_bucket", descriptor{
-		args: func(l Limit) ([maxArgs]int64, int) {
-			argv, n := bucketArgs(l)
-			if l.Shape {
-				argv[n] = micros(l.MaxDelay)
-				n++
+	},
+	TokenBucket: {file: "token_bucket", knobs: knobStepped, args: bucketArgs, span: unitSpan},
+	LeakyBucket: {file: "leaky_bucket", knobs: knobShape, args: bucketArgs, span: unitSpan},
+	FixedWindow: {file: "fixed_window", window: true, args: windowArgs,
+		span: func(l Limit) float64 { return float64(micros(l.Period)) }},
+	SlidingWindow: {file: "sliding_window", window: true, knobs: knobBuckets,
+		check: func(l Limit) error {
+			switch {
+			case l.Buckets < 0 || l.Buckets > MaxBuckets:
+				return fmt.Errorf("buckets %d must be between 1 and %d (0 means %d)", l.Buckets, MaxBuckets, DefaultBuckets)
+			case micros(l.Period)%int64(l.buckets()) != 0:
+				return fmt.Errorf("period %v does not divide into %d buckets of whole microseconds", l.Period, l.buckets())
 			}
-			return argv, n
+			return nil
 		},
-		span: unitSpan,
-	}),
-	FixedWindow: newDescriptor("fixed_window", descriptor{window: true, args: windowArgs,
-		span: func(l Limit) float64 { return float64(micros(l.Period)) }}),
-	SlidingWindow: newDescriptor("sliding_window", descriptor{window: true,
 		args: func(l Limit) ([maxArgs]int64, int) {
 			return [maxArgs]int64{micros(l.Period), int64(l.Rate), int64(l.buckets())}, 3
 		},
 		span: func(l Limit) float64 { // rate times the sub-bucket size
 			return float64(l.Rate) * float64(micros(l.Period)/int64(l.buckets()))
-		}}),
-	SlidingLog: newDescriptor("sliding_log", descriptor{window: true, args: windowArgs,
-		span: func(l Limit) float64 { return float64(micros(l.Period)) }}),
+		}},
+	SlidingLog: {file: "sliding_log", window: true, args: windowArgs,
+		span: func(l Limit) float64 { return float64(micros(l.Period)) }},
 }
 
-// steppedTokenBucket is the TokenBucket with Stepped set.
-var steppedTokenBucket = newDescriptor("token_bucket_stepped", descriptor{
-	suffix: "token_bucket:stepped",
+// steppedTokenBucket is the TokenBucket with Stepped set: other state.
+var steppedTokenBucket = &descriptor{name: "token_bucket_stepped", file: "token_bucket_stepped",
+	suffix: "token_bucket:stepped", knobs: knobStepped,
 	args: func(l Limit) ([maxArgs]int64, int) {
 		return [maxArgs]int64{int64(l.Rate), micros(l.Period), int64(l.Capacity())}, 3
 	},
 	span: unitSpan,
-})
+}
 
-// descriptor returns the descriptor of l's algorithm and variant; l must be
-// valid.
+// shapingLeakyBucket is the LeakyBucket with Shape set: the same state,
+// one more argument.
+var shapingLeakyBucket = &descriptor{name: "leaky_bucket_shape", file: "leaky_bucket",
+	suffix: string(LeakyBucket), knobs: knobShape | knobMaxDelay,
+	check: func(l Limit) error {
+		if l.MaxDelay < 0 || l.MaxDelay%time.Microsecond != 0 {
+			return fmt.Errorf("max_delay %v must be positive whole microseconds (0 means none)", l.MaxDelay)
+		}
+		return nil
+	},
+	args: func(l Limit) ([maxArgs]int64, int) {
+		argv, n := bucketArgs(l)
+		argv[n] = micros(l.MaxDelay)
+		return argv, n + 1
+	},
+	span: unitSpan,
+}
+
+// mixedScript decides limits of any mix of algorithms: every file.
+var mixedScript *script
+
+func init() {
+	all := []*descriptor{steppedTokenBucket, shapingLeakyBucket}
+	for name, d := range algorithms {
+		if d.name == "" {
+			d.name = string(name)
+		}
+		all = append(all, d)
+	}
+	var files []string
+	for _, d := range all {
+		if d.suffix == "" {
+			d.suffix = d.name
+		}
+		if d.script == nil {
+			d.script = newScript(lua.Decision(d.file))
+		}
+		if !slices.Contains(files, d.file) {
+			files = append(files, d.file)
+		}
+	}
+	slices.Sort(files)
+	mixedScript = newScript(lua.Decision(files...))
+}
+
+// descriptor returns the descriptor of l's algorithm and variant, or nil
+// for an unknown algorithm.
 func (l Limit) descriptor() *descriptor {
-	if l.Stepped {
+	switch {
+	case l.Stepped && l.algorithm() == TokenBucket:
 		return steppedTokenBucket
+	case l.Shape && l.algorithm() == LeakyBucket:
+		return shapingLeakyBucket
 	}
 	return algorithms[l.algorithm()]
+}
+
+// knobs returns the knobs l sets.
+func (l Limit) knobs() knob {
+	var k knob
+	if l.Buckets != 0 {
+		k |= knobBuckets
+	}
+	if l.Stepped {
+		k |= knobStepped
+	}
+	if l.Shape {
+		k |= knobShape
+	}
+	if l.MaxDelay != 0 {
+		k |= knobMaxDelay
+	}
+	return k
+}
+
+// knobNames names each knob as ParseLimit spells it.
+var knobNames = map[knob]string{knobBuckets: "buckets", knobStepped: "stepped",
+	knobShape: "shape", knobMaxDelay: "max_delay"}
+
+// checkKnobs reports a knob that l sets but its algorithm does not read.
+func (l Limit) checkKnobs(d *descriptor) error {
+	extra := l.knobs() &^ d.knobs
+	if extra == 0 {
+		return nil
+	}
+	for k := knobBuckets; k <= knobMaxDelay; k <<= 1 {
+		if extra&k == 0 {
+			continue
+		}
+		if k == knobMaxDelay {
+			return fmt.Errorf("max_delay needs shape (a %s that queues)", LeakyBucket)
+		}
+		var readers []string
+		for name, other := range algorithms {
+			if other.knobs&k != 0 {
+				readers = append(readers, string(name))
+			}
+		}
+		slices.Sort(readers)
+		return fmt.Errorf("%s is a %s setting, not %s", knobNames[k], strings.Join(readers, " or "), l.algorithm())
+	}
+	return nil
 }
 
 // gcraInterval is the time between events, in microseconds, rounded up.

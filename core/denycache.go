@@ -1,6 +1,7 @@
 package core
 
 import (
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -8,85 +9,149 @@ import (
 
 // Deny cache defaults.
 const (
-	// DefaultDenyCacheKeys is how many denied keys a Limiter remembers
-	// unless WithDenyCache says otherwise. An entry takes about 350 bytes
-	// with a 40-byte key, so the default holds under 4 MB.
+	// DefaultDenyCacheKeys is how many denied decisions a Limiter remembers
+	// unless WithDenyCache says otherwise. An entry of one limit takes
+	// about 450 bytes with a 40-byte key, so the default holds under 5 MB.
 	DefaultDenyCacheKeys = 10_000
 	// DefaultDenyCacheMaxAge bounds how long a denial is answered locally
 	// unless WithDenyCacheMaxAge says otherwise.
 	DefaultDenyCacheMaxAge = time.Second
 )
 
-// denyCache remembers keys Redis has just denied, so that requests for them
-// are answered in process until the denial's RetryAfter has passed. That is
-// exact: a denial consumes nothing, and only time frees allowance, so a
-// request of at least the same cost before then would be denied too. What
-// else frees allowance, a Reset or a raised limit, is seen at once through
-// this Limiter (Reset forgets the key; the Limit is part of the entry) and
-// within maxAge through any other.
+// denyCache remembers decisions Redis has just denied, so that the same
+// request is answered in process until the denial's RetryAfter has passed.
+// That is exact: a denial consumes nothing, and only time frees allowance,
+// so a request of at least the same cost before then would be denied too.
+// What else frees allowance, a Reset or a raised limit, is seen at once
+// through this Limiter (a Reset makes every entry holding its key stale;
+// the Limit is part of the entry) and within maxAge through any other.
 //
-// The LRU is hashicorp/golang-lru/v2: bounded, safe for concurrent use,
-// and its Peek takes only a read lock, which every decision does.
+// An entry is keyed by the Redis keys of the decision's limits, so a
+// decision of several limits has its own entry, holding every limit's
+// answer. The LRUs are hashicorp/golang-lru/v2: bounded, safe for
+// concurrent use, and their Peek takes only a read lock.
 type denyCache struct {
-	lru    *lru.Cache[string, denial]
-	maxAge time.Duration
+	entries *lru.Cache[string, *denial]
+	maxAge  time.Duration
+
+	// Resets: each one takes the next sequence number, recorded under its
+	// key; an entry holding that key whose decision was sent before is
+	// stale. Records pushed out of the bounded LRU raise floor, below which
+	// every entry is stale, so forgetting a reset is never unsafe.
+	seq    atomic.Uint64
+	resets *lru.Cache[string, uint64]
+	floor  atomic.Uint64
 }
 
-// denial is what Redis answered for one key.
+// denial is what Redis answered for one decision.
 type denial struct {
-	limit     Limit
-	cost      int
-	remaining int
-	retryAt   time.Time // cost fits again from here on
-	resetAt   time.Time
-	expires   time.Time // retryAt, or sooner by maxAge
+	seq     uint64   // the last reset before the decision was sent
+	keys    []string // one per term
+	terms   []deniedTerm
+	expires time.Time // the first retryAt of a denying term, or sooner by maxAge
+}
+
+type deniedTerm struct {
+	limit            Limit
+	cost             int
+	allowed          bool
+	remaining        int
+	retryAt, resetAt time.Time
 }
 
 func newDenyCache(keys int, maxAge time.Duration) *denyCache {
-	c, err := lru.New[string, denial](keys)
-	if err != nil { // only for keys <= 0, which New never passes
+	c := &denyCache{maxAge: maxAge}
+	var err error
+	if c.entries, err = lru.New[string, *denial](keys); err != nil { // only for keys <= 0
 		panic(err)
 	}
-	return &denyCache{lru: c, maxAge: maxAge}
+	c.resets, err = lru.NewWithEvict(keys, func(_ string, seq uint64) {
+		for {
+			floor := c.floor.Load()
+			if seq <= floor || c.floor.CompareAndSwap(floor, seq) {
+				return
+			}
+		}
+	})
+	if err != nil {
+		panic(err)
+	}
+	return c
 }
 
-// get answers a request of cost under l for key at now if Redis denied at
-// least as much for it under the same limit and the denial still holds.
-// RetryAfter counts down to the denied cost's instant, so for a higher cost
-// it is a lower bound.
-func (c *denyCache) get(key string, l Limit, cost int, now time.Time) (Result, bool) {
-	d, ok := c.lru.Peek(key)
-	if !ok || cost < d.cost || !now.Before(d.expires) || d.limit != l {
+// sent returns the sequence number a decision sent now records.
+func (c *denyCache) sent() uint64 { return c.seq.Load() }
+
+// get answers the decision of terms under keys at now if Redis denied it,
+// at costs no higher, moments ago and the denial still holds. It fills
+// each (if not nil) and returns the binding result. RetryAfter counts down
+// to the denied costs' instants, so for higher costs it is a lower bound.
+func (c *denyCache) get(id string, keys []string, terms []Term, now time.Time, each []Result) (Result, bool) {
+	d, ok := c.entries.Peek(id)
+	if !ok || !now.Before(d.expires) || len(d.terms) != len(terms) || !c.fresh(d) {
 		return Result{}, false
 	}
-	return Result{
-		Limit:      l,
-		Remaining:  d.remaining,
-		RetryAfter: d.retryAt.Sub(now),
-		ResetAfter: max(0, d.resetAt.Sub(now)),
-		Cached:     true,
-	}, true
-}
-
-// add remembers that Redis denied cost for key with res, asked at sent (the
-// Limiter's clock, read before the request left, so no later than Redis's).
-func (c *denyCache) add(key string, cost int, sent time.Time, res Result) {
-	if res.RetryAfter <= 0 || res.RetryAfter == InfDuration {
-		return
+	for i, t := range d.terms {
+		if keys[i] != d.keys[i] || terms[i].Limit != t.limit || terms[i].N < t.cost {
+			return Result{}, false
+		}
 	}
-	retryAt := sent.Add(res.RetryAfter)
-	c.lru.Add(key, denial{
-		limit:     res.Limit,
-		cost:      cost,
-		remaining: res.Remaining,
-		retryAt:   retryAt,
-		resetAt:   sent.Add(res.ResetAfter),
-		expires:   minTime(retryAt, sent.Add(c.maxAge)),
-	})
+	var buf [MaxTerms]Result
+	results := buf[:len(terms)]
+	for i, t := range d.terms {
+		results[i] = Result{Limit: t.limit, Allowed: t.allowed, Remaining: t.remaining,
+			ResetAfter: max(0, t.resetAt.Sub(now)), Cached: true}
+		if !t.allowed {
+			results[i].RetryAfter = t.retryAt.Sub(now)
+		}
+	}
+	copy(each, results)
+	res := binding(results)
+	res.Cached = true
+	return res, true
 }
 
-// forget drops what is remembered for key.
-func (c *denyCache) forget(key string) { c.lru.Remove(key) }
+// fresh reports whether no key of d has been reset since d was sent.
+func (c *denyCache) fresh(d *denial) bool {
+	if d.seq < c.floor.Load() {
+		return false
+	}
+	if c.resets.Len() == 0 {
+		return true
+	}
+	for _, k := range d.keys {
+		if s, ok := c.resets.Peek(k); ok && s > d.seq {
+			return false
+		}
+	}
+	return true
+}
+
+// add remembers that Redis denied the decision of terms under keys, sent
+// at `sent` (the Limiter's clock, read before the request left, so no
+// later than Redis's) after reset number seq, with results.
+func (c *denyCache) add(id string, keys []string, terms []Term, sent time.Time, seq uint64, results []Result) {
+	d := &denial{seq: seq, keys: append([]string(nil), keys...), terms: make([]deniedTerm, len(terms)),
+		expires: sent.Add(c.maxAge)}
+	for i, r := range results {
+		if !r.Allowed {
+			if r.RetryAfter <= 0 || r.RetryAfter == InfDuration {
+				return // nothing to wait for, or never: not worth remembering
+			}
+			d.expires = minTime(d.expires, sent.Add(r.RetryAfter))
+		}
+		d.terms[i] = deniedTerm{limit: terms[i].Limit, cost: terms[i].N, allowed: r.Allowed,
+			remaining: r.Remaining, retryAt: sent.Add(r.RetryAfter), resetAt: sent.Add(r.ResetAfter)}
+	}
+	c.entries.Add(id, d)
+}
+
+// reset records a reset of key: every entry holding it that was sent
+// before is stale from now on.
+func (c *denyCache) reset(key string) {
+	c.resets.Add(key, c.seq.Add(1))
+	c.entries.Remove(key)
+}
 
 func minTime(a, b time.Time) time.Time {
 	if a.Before(b) {

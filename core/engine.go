@@ -79,8 +79,7 @@ func newEngine(rdb redis.Scripter, batch, senders int) *engine {
 // carries the answer back. Calls are pooled, with their argument lists.
 type call struct {
 	script *script
-	key    string
-	args   []any // EVALSHA|EVAL, sha|source, 1, key, ARGV...
+	args   []any // EVALSHA|EVAL, sha|source, numkeys, KEYS..., ARGV...
 
 	reply []int64
 	err   error
@@ -95,14 +94,15 @@ const (
 )
 
 var calls = sync.Pool{New: func() any {
-	return &call{done: make(chan struct{}, 1), args: make([]any, 0, 6+maxArgs)}
+	return &call{done: make(chan struct{}, 1), args: make([]any, 0, 16)}
 }}
 
-// newCall returns a call of s with key and the ARGV given.
-func newCall(s *script, key string, argv ...any) *call {
+// newCall returns a call of s with keys KEYS to come: the caller appends
+// them to args, then the ARGV.
+func newCall(s *script, keys int) *call {
 	c := calls.Get().(*call)
-	c.script, c.key = s, key
-	c.args = append(append(c.args[:0], "evalsha", s.shaArg, 1, key), argv...)
+	c.script = s
+	c.args = append(c.args[:0], "evalsha", s.shaArg, keys)
 	return c
 }
 
@@ -110,7 +110,7 @@ func newCall(s *script, key string, argv ...any) *call {
 func (c *call) recycle() {
 	clear(c.args) // drop references to the key and the script
 	c.args = c.args[:0]
-	c.script, c.key, c.reply, c.err = nil, "", nil, nil
+	c.script, c.reply, c.err = nil, nil, nil
 	c.state.Store(waiting)
 	calls.Put(c)
 }
@@ -351,21 +351,17 @@ func (s *sender) run1(calls []*call) {
 // evalScripter runs c through the redis.Scripter methods alone, for a
 // client that offers nothing else. Its retries are the client's own.
 func (e *engine) evalScripter(ctx context.Context, c *call) ([]int64, error) {
-	var args []any
-	for _, a := range c.args[4:] {
-		switch v := a.(type) {
-		case *int64:
-			args = append(args, *v)
-		default:
-			args = append(args, v)
-		}
+	n := c.args[2].(int)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = c.args[3+i].(string)
 	}
-	keys := []string{c.key}
+	argv := c.args[3+n:]
 	var cmd *redis.Cmd
 	if c.args[0] == "eval" {
-		cmd = e.rdb.Eval(ctx, c.script.src, keys, args...)
+		cmd = e.rdb.Eval(ctx, c.script.src, keys, argv...)
 	} else {
-		cmd = e.rdb.EvalSha(ctx, c.script.sha, keys, args...)
+		cmd = e.rdb.EvalSha(ctx, c.script.sha, keys, argv...)
 	}
 	vals, err := cmd.Slice()
 	if err != nil {

@@ -293,7 +293,7 @@ func TestTimeoutAndContext(t *testing.T) {
 	if _, err := none.Allow(ctx2, "k", l); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, core.ErrTimeout) {
 		t.Fatalf("WithTimeout(0): %v, want the context's deadline", err)
 	}
-	_, err = none.Decide(context.Background(), core.Request{Key: "k", Limit: l, N: 1, Timeout: 10 * time.Millisecond})
+	_, err = none.Decide(context.Background(), core.Request{Key: "k", Terms: []core.Term{{Limit: l, N: 1}}, Timeout: 10 * time.Millisecond})
 	if !errors.Is(err, core.ErrTimeout) || !strings.Contains(err.Error(), "within 10ms") {
 		t.Fatalf("Request.Timeout 10ms: %v", err)
 	}

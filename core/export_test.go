@@ -21,7 +21,7 @@ func (l *Limiter) DenyCacheLen() int {
 	if l.deny == nil {
 		return 0
 	}
-	return l.deny.lru.Len()
+	return l.deny.entries.Len()
 }
 
 // SetLinger changes how long the Limiter's idle senders wait before they
@@ -35,7 +35,13 @@ func (l *Limiter) SetLinger(d time.Duration) {
 // Script returns the decision script of l and the ARGV it takes for a cost
 // of 1 on the server's clock, for benchmarks of the scripts alone.
 func Script(l Limit) (src, sha string, argv []any) {
-	d := l.descriptor()
-	var a argCache
-	return d.script.src, d.script.sha, append([]any{"", 1}, a.get(l, d)...)
+	var c limitCache
+	info, err := c.get(l)
+	if err != nil {
+		panic(err)
+	}
+	return info.d.script.src, info.d.script.sha, append([]any{"", 1}, info.args...)
 }
+
+// MixedScript returns the script that decides any mix of algorithms.
+func MixedScript() (src, sha string) { return mixedScript.src, mixedScript.sha }

@@ -168,17 +168,45 @@ func checkBounded(t *testing.T, seen []outcome, timeout time.Duration) {
 	}
 }
 
+// goroutines is a snapshot of the process's goroutines, for checking that
+// a test leaves none behind.
+type goroutines map[string]string // id -> stack
+
+func takeGoroutines() goroutines {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	g := goroutines{}
+	for _, stack := range strings.Split(string(buf), "\n\n") {
+		id, _, _ := strings.Cut(stack, " [")
+		g[id] = stack
+	}
+	return g
+}
+
 // checkGoroutines: once idle, the Limiter's senders stop and the process
-// is back to the goroutines it had before.
-func checkGoroutines(t *testing.T, lim *core.Limiter, baseline int) {
+// is back to the goroutines it had in baseline. On failure it prints the
+// goroutines that were not there before.
+func checkGoroutines(t *testing.T, lim *core.Limiter, baseline goroutines) {
 	t.Helper()
 	lim.SetLinger(10 * time.Millisecond)
 	deadline := time.Now().Add(10 * time.Second) // go-redis's own read timeout is 3 s
-	for lim.Senders() > 0 || runtime.NumGoroutine() > baseline {
+	for lim.Senders() > 0 || runtime.NumGoroutine() > len(baseline) {
 		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d senders and %d goroutines (%d before) 10 s after the traffic stopped:\n%s",
-				lim.Senders(), runtime.NumGoroutine(), baseline, buf[:runtime.Stack(buf, true)])
+			var extra []string
+			for id, stack := range takeGoroutines() {
+				if _, ok := baseline[id]; !ok {
+					extra = append(extra, stack)
+				}
+			}
+			t.Fatalf("%d senders and %d goroutines (%d before) 10 s after the traffic stopped; new ones:\n%s",
+				lim.Senders(), runtime.NumGoroutine(), len(baseline), strings.Join(extra, "\n\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -197,7 +225,7 @@ func faultLimiter(t *testing.T, addr string, opts ...core.Option) *core.Limiter 
 
 func TestFaultPaused(t *testing.T) {
 	srv := redistest.Standalone(t)
-	baseline := runtime.NumGoroutine()
+	baseline := takeGoroutines()
 	var log syncBuffer
 	lim := faultLimiter(t, srv.Addr, core.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	tr := steadyTraffic(lim, 8, "paused")
@@ -239,7 +267,7 @@ func TestFaultPaused(t *testing.T) {
 
 func TestFaultKilledAndRestarted(t *testing.T) {
 	srv := redistest.Standalone(t)
-	baseline := runtime.NumGoroutine()
+	baseline := takeGoroutines()
 	lim := faultLimiter(t, srv.Addr)
 	tr := steadyTraffic(lim, 8, "killed")
 	time.Sleep(300 * time.Millisecond)
@@ -284,7 +312,7 @@ func TestFaultKilledAndRestarted(t *testing.T) {
 // closed.
 func TestFaultSlow(t *testing.T) {
 	srv := redistest.Standalone(t)
-	baseline := runtime.NumGoroutine()
+	baseline := takeGoroutines()
 	lim := faultLimiter(t, srv.Addr)
 	tr := steadyTraffic(lim, 8, "slow")
 	time.Sleep(300 * time.Millisecond)
@@ -322,7 +350,7 @@ func TestFaultKilledConnections(t *testing.T) {
 		t.Cleanup(func() { c.rdb.Close() })
 		for _, batch := range []int{1, core.DefaultBatchSize} {
 			t.Run(fmt.Sprintf("%s/batch%d", c.name, batch), func(t *testing.T) {
-				baseline := runtime.NumGoroutine()
+				baseline := takeGoroutines()
 				still := time.Now()
 				lim := core.New(c.rdb, core.WithPrefix(uniquePrefix()), core.WithBatchSize(batch),
 					core.WithPipelines(8), core.WithBreaker(0), core.WithClock(func() time.Time { return still }))

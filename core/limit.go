@@ -130,42 +130,37 @@ func (l Limit) Capacity() int {
 // Validate reports whether the limit can be enforced. Its errors wrap
 // ErrInvalidLimit and say what is wrong.
 func (l Limit) Validate() error {
-	spec, ok := algorithms[l.algorithm()]
+	d := l.descriptor()
+	var err error
 	switch {
-	case !ok:
-		return fmt.Errorf("%w: unknown algorithm %q (want one of %s)", ErrInvalidLimit, l.Algorithm, algorithmNames())
+	case d == nil:
+		err = fmt.Errorf("unknown algorithm %q (want one of %s)", l.Algorithm, algorithmNames())
 	case l.Rate <= 0:
-		return fmt.Errorf("%w: rate %d must be positive", ErrInvalidLimit, l.Rate)
+		err = fmt.Errorf("rate %d must be positive", l.Rate)
 	case l.Rate > MaxCount:
-		return fmt.Errorf("%w: rate %d is above the maximum %d", ErrInvalidLimit, l.Rate, MaxCount)
+		err = fmt.Errorf("rate %d is above the maximum %d", l.Rate, MaxCount)
 	case l.Period < MinPeriod:
-		return fmt.Errorf("%w: period %v must be at least %v", ErrInvalidLimit, l.Period, MinPeriod)
+		err = fmt.Errorf("period %v must be at least %v", l.Period, MinPeriod)
 	case l.Period%time.Microsecond != 0:
-		return fmt.Errorf("%w: period %v must be whole microseconds", ErrInvalidLimit, l.Period)
+		err = fmt.Errorf("period %v must be whole microseconds", l.Period)
 	case l.Burst < 0:
-		return fmt.Errorf("%w: burst %d must not be negative (0 means rate)", ErrInvalidLimit, l.Burst)
+		err = fmt.Errorf("burst %d must not be negative (0 means rate)", l.Burst)
 	case l.Burst > MaxCount:
-		return fmt.Errorf("%w: burst %d is above the maximum %d", ErrInvalidLimit, l.Burst, MaxCount)
-	case spec.window && l.Burst != 0 && l.Burst != l.Rate:
-		return fmt.Errorf("%w: %s allows rate events per window; burst %d must be 0 or equal to rate %d",
-			ErrInvalidLimit, l.algorithm(), l.Burst, l.Rate)
-	case l.Buckets != 0 && l.algorithm() != SlidingWindow:
-		return fmt.Errorf("%w: buckets is a %s setting, not %s", ErrInvalidLimit, SlidingWindow, l.algorithm())
-	case l.Buckets < 0 || l.Buckets > MaxBuckets:
-		return fmt.Errorf("%w: buckets %d must be between 1 and %d (0 means %d)", ErrInvalidLimit, l.Buckets, MaxBuckets, DefaultBuckets)
-	case l.algorithm() == SlidingWindow && micros(l.Period)%int64(l.buckets()) != 0:
-		return fmt.Errorf("%w: period %v does not divide into %d buckets of whole microseconds", ErrInvalidLimit, l.Period, l.buckets())
-	case l.Stepped && l.algorithm() != TokenBucket:
-		return fmt.Errorf("%w: stepped is a %s setting, not %s", ErrInvalidLimit, TokenBucket, l.algorithm())
-	case l.Shape && l.algorithm() != LeakyBucket:
-		return fmt.Errorf("%w: shape is a %s setting, not %s", ErrInvalidLimit, LeakyBucket, l.algorithm())
-	case l.MaxDelay != 0 && !l.Shape:
-		return fmt.Errorf("%w: max_delay needs shape (a %s that queues)", ErrInvalidLimit, LeakyBucket)
-	case l.MaxDelay < 0 || l.MaxDelay%time.Microsecond != 0:
-		return fmt.Errorf("%w: max_delay %v must be positive whole microseconds (0 means none)", ErrInvalidLimit, l.MaxDelay)
-	case spec.span(l) > exactMax:
-		return fmt.Errorf("%w: %v is too large to count exactly (burst times period in microseconds, over the rate's common factor, exceeds 2^52)",
-			ErrInvalidLimit, l)
+		err = fmt.Errorf("burst %d is above the maximum %d", l.Burst, MaxCount)
+	case d.window && l.Burst != 0 && l.Burst != l.Rate:
+		err = fmt.Errorf("%s allows rate events per window; burst %d must be 0 or equal to rate %d",
+			l.algorithm(), l.Burst, l.Rate)
+	default:
+		err = l.checkKnobs(d)
+		if err == nil && d.check != nil {
+			err = d.check(l)
+		}
+		if err == nil && d.span(l) > exactMax {
+			err = fmt.Errorf("%v is too large to count exactly (burst times period in microseconds, over the rate's common factor, exceeds 2^52)", l)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidLimit, err)
 	}
 	return nil
 }
@@ -228,6 +223,16 @@ func formatPeriod(d time.Duration) string {
 		}
 	}
 	return d.String()
+}
+
+// periodKey writes d for a Redis key: formatPeriod's form, with the count
+// always written ("1m", "10s", "500ms").
+func periodKey(d time.Duration) string {
+	s := formatPeriod(d)
+	if c := s[0]; c < '0' || c > '9' {
+		return "1" + s
+	}
+	return s
 }
 
 // ParseLimit reads a limit written as
@@ -338,4 +343,69 @@ func parsePeriod(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q must be positive", s)
 	}
 	return d, nil
+}
+
+// ParseLimits reads several limits for one key, separated by commas, each
+// in ParseLimit's grammar: "10/s, 1000/h", "20/s token_bucket burst=40,
+// 5000/d fixed_window". The limits must not share state (see
+// ValidateLimits). Errors wrap ErrInvalidLimit and name the limit that is
+// wrong. FormatLimits writes the same form back.
+func ParseLimits(s string) ([]Limit, error) {
+	parts := strings.Split(s, ",")
+	limits := make([]Limit, 0, len(parts))
+	for i, part := range parts {
+		if strings.TrimSpace(part) == "" {
+			return nil, fmt.Errorf("%w: %q: limit %d of %d is empty (want e.g. \"10/s, 1000/h\")", ErrInvalidLimit, s, i+1, len(parts))
+		}
+		l, err := ParseLimit(part)
+		if err != nil {
+			return nil, err
+		}
+		limits = append(limits, l)
+	}
+	if err := ValidateLimits(limits); err != nil {
+		return nil, fmt.Errorf("%q: %w", s, err)
+	}
+	return limits, nil
+}
+
+// FormatLimits writes limits as ParseLimits reads them: each one's String,
+// joined by ", ".
+func FormatLimits(limits []Limit) string {
+	parts := make([]string, len(limits))
+	for i, l := range limits {
+		parts[i] = l.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ValidateLimits reports whether limits can be decided together for one
+// key (AllowAll): 1 to MaxTerms valid limits, no two of which would share
+// state, that is, each differs from the others in its algorithm (or
+// variant: stepped, shape) or its Period. Errors wrap ErrInvalidLimit.
+func ValidateLimits(limits []Limit) error {
+	if len(limits) == 0 || len(limits) > MaxTerms {
+		return fmt.Errorf("%w: %d limits; want 1 to %d", ErrInvalidLimit, len(limits), MaxTerms)
+	}
+	for i, l := range limits {
+		if err := l.Validate(); err != nil {
+			return err
+		}
+		for _, m := range limits[:i] {
+			if sharesState(l, m) {
+				return errSharedState(m, l)
+			}
+		}
+	}
+	return nil
+}
+
+// sharesState reports whether a and b keep their state under one key.
+func sharesState(a, b Limit) bool {
+	return a.Period == b.Period && a.descriptor().suffix == b.descriptor().suffix
+}
+
+func errSharedState(a, b Limit) error {
+	return fmt.Errorf("%w: %v and %v on one key would share state; give them different periods or algorithms (or scopes)",
+		ErrInvalidLimit, a, b)
 }

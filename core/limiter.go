@@ -108,11 +108,17 @@ type Result struct {
 // client (no Process method) is asked through its Eval methods, with its
 // own retries.
 //
-// Keys are stored as <prefix>{<key>}:<algorithm>[:stepped][:<instance>]
-// (":stepped" for a stepped TokenBucket, the instance from WithInstance),
-// so all state of one key lands in one Redis Cluster slot. The key's Rate,
-// Period and Burst are not part of the name: a limit may change at run time
-// and keep its state.
+// Keys are stored as
+//
+//	<prefix>[<scope>:]{<key>}:<algorithm>[:stepped]:<period>[:<instance>]
+//
+// for example "redlimit:login:{203.0.113.7}:gcra:1m" (the scope from a
+// Term, ":stepped" for a stepped TokenBucket, the period written with its
+// count, the instance from WithInstance). The key is a Cluster hash tag,
+// so every limit of one key, in every scope, lands in one Redis Cluster
+// slot and can be decided in one script. Rate and Burst are not part of
+// the name: a limit may change at run time and keep its state. Limits of
+// different periods or algorithms on one key keep apart.
 type Limiter struct {
 	prefix   string
 	instance string // ":" + the instance id, or ""
@@ -122,7 +128,7 @@ type Limiter struct {
 	localClock func() time.Time
 	timeout    time.Duration
 	engine     *engine
-	args       argCache
+	limits     limitCache
 	deny       *denyCache // nil: off
 	breaker    breaker
 
@@ -138,7 +144,8 @@ type Option func(*Limiter)
 
 // WithPrefix sets the string every Redis key starts with. The default is
 // DefaultPrefix ("redlimit:"); "" means no prefix. Limiters with different
-// prefixes never share state.
+// prefixes never share state. Braces in it are written %7B and %7D, so
+// that they cannot move the Cluster hash tag off the key.
 func WithPrefix(prefix string) Option {
 	return func(l *Limiter) { l.prefix = prefix }
 }
@@ -155,8 +162,8 @@ func WithClock(now func() time.Time) Option {
 
 // WithInstance scopes every key of the Limiter to one app instance: its
 // limits then apply per instance instead of being shared by all instances
-// using the Redis. Keys become <prefix>{<key>}:<algorithm>:<id>, so the
-// state of one identity still lives in one Cluster slot. The default, "",
+// using the Redis. Keys end in ":<id>" (see Limiter), so the state of one
+// identity still lives in one Cluster slot. The default, "",
 // shares limits between all instances. Use a stable id (a hostname, a pod
 // name) so that a restarted instance finds its state. For both kinds of
 // limit, make two Limiters; they may share one client.
@@ -256,6 +263,7 @@ func New(rdb redis.Scripter, opts ...Option) *Limiter {
 	if l.log == nil {
 		l.log = slog.Default()
 	}
+	l.prefix = strings.NewReplacer("{", "%7B", "}", "%7D").Replace(l.prefix)
 	l.breaker.log = l.log
 	l.engine = newEngine(rdb, l.batch, l.pipelines)
 	if l.denyKeys > 0 && l.denyMaxAge > 0 {
@@ -264,15 +272,33 @@ func New(rdb redis.Scripter, opts ...Option) *Limiter {
 	return l
 }
 
-// Request is one decision, for Decide: the arguments of AllowN and a
-// timeout of its own.
-type Request struct {
-	// Key identifies who is limited; see AllowN.
-	Key string
+// MaxTerms is the most limits one decision may hold.
+const MaxTerms = 16
+
+// Term is one limit of a decision: N events for the decision's key under
+// Limit, its state kept in Scope. Scope namespaces state outside the key's
+// Cluster hash tag (the HTTP layer puts its policy name there), so every
+// scope of one key lands in one slot and can be decided in one script.
+// Terms of one decision must not share state: they must differ in Scope,
+// in algorithm (and variant) or in Period.
+type Term struct {
+	// Scope is "" (the default) or a name; it is part of the Redis key
+	// (see Limiter), with '{', '}' and '%' escaped.
+	Scope string
 	// Limit is the limit to decide under.
 	Limit Limit
 	// N is the cost: how many events to admit, all or nothing.
 	N int
+}
+
+// Request is one decision, for Decide: a key, one or more terms decided
+// together, all or nothing, and a timeout of its own.
+type Request struct {
+	// Key identifies who is limited; see AllowN.
+	Key string
+	// Terms are the limits to decide under, 1 to MaxTerms of them. The
+	// decision admits every term's N or none; see AllowAll.
+	Terms []Term
 	// Timeout replaces the Limiter's timeout for this decision when it is
 	// not 0; InfDuration means none (only the context bounds it).
 	Timeout time.Duration
@@ -280,7 +306,7 @@ type Request struct {
 
 // Allow is AllowN(ctx, key, limit, 1).
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
-	return l.Decide(ctx, Request{Key: key, Limit: limit, N: 1})
+	return l.AllowN(ctx, key, limit, 1)
 }
 
 // AllowN asks to admit n events for key under limit, all or nothing: either
@@ -294,73 +320,185 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // wraps the cause (errors.Is works): ErrTimeout, ErrUnavailable, the
 // context's error, or the client's.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	return l.Decide(ctx, Request{Key: key, Limit: limit, N: n})
+	terms := [1]Term{{Limit: limit, N: n}}
+	return l.decide(ctx, key, terms[:], 0, nil)
 }
 
-// Decide makes the decision req describes, as AllowN does; it is for
-// callers that need a timeout other than the Limiter's, such as the HTTP
-// layer's policies.
+// AllowAll admits n events for key only if every limit allows them, in one
+// atomic decision (one script, one round trip): a denial by any limit
+// changes the state of none. Limits on one key must differ in Algorithm
+// (or variant: stepped, shape) or Period, else the error wraps
+// ErrInvalidLimit. A limit's state on a key is the same whether it is
+// decided alone (AllowN) or with others, so the two may be mixed.
+//
+// The Result is the binding limit's: Result.Limit is the denying limit with
+// the longest RetryAfter, or, when allowed, the limit with the fewest
+// Remaining; ResetAfter is the longest of all and Delay the longest of the
+// allowed. An n above any limit's burst is never allowed (RetryAfter
+// InfDuration) and consumes nothing. Errors are as AllowN's.
+func (l *Limiter) AllowAll(ctx context.Context, key string, limits []Limit, n int) (Result, error) {
+	if len(limits) > MaxTerms {
+		return Result{}, fmt.Errorf("%w: %d limits in one decision; at most %d", ErrInvalidLimit, len(limits), MaxTerms)
+	}
+	var buf [MaxTerms]Term
+	terms := buf[:len(limits)]
+	for i, lim := range limits {
+		terms[i] = Term{Limit: lim, N: n}
+	}
+	return l.decide(ctx, key, terms, 0, nil)
+}
+
+// Decide makes the decision req describes, as AllowAll does but with a
+// scope and a cost per term and a timeout of its own: for callers such as
+// the HTTP layer, whose policies each keep their state in their own scope.
 func (l *Limiter) Decide(ctx context.Context, req Request) (Result, error) {
-	limit, n := req.Limit, req.N
-	if err := limit.Validate(); err != nil {
+	return l.decide(ctx, req.Key, req.Terms, req.Timeout, nil)
+}
+
+// DecideEach is Decide that also stores each term's own result in each,
+// which must be nil or as long as req.Terms. When the decision is denied,
+// terms that did not deny report their state as it stays (as for N = 0),
+// since nothing is counted.
+func (l *Limiter) DecideEach(ctx context.Context, req Request, each []Result) (Result, error) {
+	if each != nil && len(each) != len(req.Terms) {
+		return Result{}, fmt.Errorf("redlimit: DecideEach: %d results for %d terms", len(each), len(req.Terms))
+	}
+	return l.decide(ctx, req.Key, req.Terms, req.Timeout, each)
+}
+
+// decisionWidth is how many integers a decision script replies per term.
+const decisionWidth = 5
+
+// decide checks the terms, answers from the deny cache or asks Redis, and
+// returns the binding result (and each term's in each, if not nil).
+func (l *Limiter) decide(ctx context.Context, id string, terms []Term, timeout time.Duration, each []Result) (Result, error) {
+	if err := l.checkID(id); err != nil {
 		return Result{}, err
 	}
-	if n < 0 {
-		return Result{}, fmt.Errorf("%w: AllowN(n=%d): n must not be negative", ErrInvalidCost, n)
+	if len(terms) == 0 || len(terms) > MaxTerms {
+		return Result{}, fmt.Errorf("%w: %d limits in one decision; want 1 to %d", ErrInvalidLimit, len(terms), MaxTerms)
 	}
-	d := limit.descriptor()
-	rkey, err := l.key(req.Key, d)
-	if err != nil {
-		return Result{}, err
-	}
-	burst := limit.Capacity()
-	cost := n
-	if n > burst {
-		cost = 0 // report the state; the answer is no
-	}
-	now := l.now()
-	if l.deny != nil && cost > 0 {
-		if res, ok := l.deny.get(rkey, limit, cost, now); ok {
-			return res, nil
+	var keyBuf [MaxTerms]string
+	var infoBuf [MaxTerms]*limitInfo
+	keys, infos := keyBuf[:len(terms)], infoBuf[:len(terms)]
+	never, mixed := false, false // a cost above a burst; several scripts' algorithms
+	for i, t := range terms {
+		info, err := l.limits.get(t.Limit)
+		if err != nil {
+			return Result{}, err
+		}
+		if t.N < 0 {
+			return Result{}, fmt.Errorf("%w: n=%d must not be negative", ErrInvalidCost, t.N)
+		}
+		infos[i], keys[i] = info, l.key(t.Scope, id, info)
+		never = never || t.N > info.capacity
+		mixed = mixed || info.d.file != infos[0].d.file
+		for j := range i {
+			if keys[j] == keys[i] {
+				return Result{}, errSharedState(terms[j].Limit, t.Limit)
+			}
 		}
 	}
 
+	now := l.now()
+	var cacheID string
+	var seq uint64
+	if l.deny != nil && !never {
+		cacheID = keys[0]
+		if len(keys) > 1 {
+			cacheID = strings.Join(keys, "\x00")
+		}
+		if res, ok := l.deny.get(cacheID, keys, terms, now, each); ok {
+			return res, nil
+		}
+		seq = l.deny.sent()
+	}
+
+	s := infos[0].d.script
+	if mixed {
+		s = mixedScript
+	}
+	c := newCall(s, len(keys))
+	for _, k := range keys {
+		c.args = append(c.args, k)
+	}
 	var clock any = "" // the server's
 	if l.clock != nil {
 		clock = now.UnixMicro()
 	}
-	c := newCall(d.script, rkey, clock, cost)
-	c.args = append(c.args, l.args.get(limit, d)...)
-	reply, err := l.run(ctx, c, req.Timeout)
+	c.args = append(c.args, clock)
+	for i, t := range terms {
+		cost := t.N
+		if never {
+			cost = 0 // report the state; the answer is no
+		}
+		c.args = append(append(c.args, cost), infos[i].args...)
+	}
+	reply, err := l.run(ctx, c, timeout, 1+decisionWidth*len(terms))
 	if err != nil {
-		return Result{}, fmt.Errorf("redlimit: %s decision for %q: %w", d.suffix, req.Key, err)
+		return Result{}, fmt.Errorf("redlimit: %s decision for %q: %w", algorithmsOf(infos), id, err)
 	}
-	res := Result{
-		Limit:      limit,
-		Allowed:    reply[0] == 1,
-		Remaining:  int(reply[1]),
-		RetryAfter: time.Duration(reply[2]) * time.Microsecond,
-		ResetAfter: time.Duration(reply[3]) * time.Microsecond,
-		Delay:      time.Duration(reply[4]) * time.Microsecond,
+
+	var buf [MaxTerms]Result
+	results := buf[:len(terms)]
+	for i, t := range terms {
+		r := reply[1+decisionWidth*i:]
+		results[i] = Result{
+			Limit:      t.Limit,
+			Allowed:    r[0] == 1,
+			Remaining:  int(r[1]),
+			RetryAfter: time.Duration(r[2]) * time.Microsecond,
+			ResetAfter: time.Duration(r[3]) * time.Microsecond,
+			Delay:      time.Duration(r[4]) * time.Microsecond,
+		}
+		if t.N > infos[i].capacity {
+			results[i].Allowed, results[i].RetryAfter = false, InfDuration
+		}
 	}
-	if n > burst {
-		res.Allowed, res.RetryAfter = false, InfDuration
-	} else if !res.Allowed && l.deny != nil {
-		l.deny.add(rkey, cost, now, res)
+	copy(each, results)
+	res := binding(results)
+	if !res.Allowed && l.deny != nil && !never {
+		l.deny.add(cacheID, keys, terms, now, seq, results)
 	}
 	return res, nil
 }
 
-// decisionReply is how many integers every decision script replies.
-const decisionReply = 5
+// algorithmsOf names the algorithms of a decision, for errors:
+// "gcra", "gcra+fixed_window".
+func algorithmsOf(infos []*limitInfo) string {
+	names := make([]string, len(infos))
+	for i, info := range infos {
+		names[i] = info.d.name
+	}
+	return strings.Join(names, "+")
+}
+
+// binding returns the result of a decision from its terms' results: the
+// denying term with the longest RetryAfter, or, when all allow, the term
+// with the fewest Remaining; with the longest ResetAfter of all, and the
+// longest Delay when allowed.
+func binding(results []Result) Result {
+	res := results[0]
+	for _, r := range results[1:] {
+		switch {
+		case res.Allowed && !r.Allowed,
+			!res.Allowed && !r.Allowed && r.RetryAfter > res.RetryAfter,
+			res.Allowed && r.Allowed && r.Remaining < res.Remaining:
+			r.ResetAfter, r.Delay = max(r.ResetAfter, res.ResetAfter), max(r.Delay, res.Delay)
+			res = r
+		default:
+			res.ResetAfter, res.Delay = max(res.ResetAfter, r.ResetAfter), max(res.Delay, r.Delay)
+		}
+	}
+	if !res.Allowed {
+		res.Delay = 0
+	}
+	return res
+}
 
 // run sends c through the breaker and the engine and returns its reply,
-// checked to hold as many integers as c's script promises.
-func (l *Limiter) run(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
-	want := decisionReply
-	if c.script == delScript {
-		want = 1
-	}
+// checked to hold want integers.
+func (l *Limiter) run(ctx context.Context, c *call, timeout time.Duration, want int) ([]int64, error) {
 	probe, err := l.breaker.admit(time.Now())
 	if err != nil {
 		c.recycle()
@@ -404,83 +542,120 @@ func (l *Limiter) now() time.Time {
 	return time.Now()
 }
 
-// Reset forgets the state of key under limit's algorithm (and variant:
-// stepped or not), giving it its full allowance back, and clears the key
-// from this Limiter's deny cache. Other algorithms' state for the same key
-// is untouched. It is bounded like a decision.
+// Reset forgets the state of key under limit (its algorithm, variant and
+// period), giving it its full allowance back, and makes this Limiter's deny
+// cache forget every denial that involved it. Other limits' state for the
+// same key is untouched. It is bounded like a decision.
 func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
-	if err := limit.Validate(); err != nil {
+	return l.ResetScope(ctx, "", key, limit)
+}
+
+// ResetScope is Reset for the state key keeps under limit in scope (see
+// Term).
+func (l *Limiter) ResetScope(ctx context.Context, scope, key string, limit Limit) error {
+	if err := l.checkID(key); err != nil {
 		return err
 	}
-	d := limit.descriptor()
-	rkey, err := l.key(key, d)
+	info, err := l.limits.get(limit)
 	if err != nil {
 		return err
 	}
-	if l.deny != nil {
-		l.deny.forget(rkey)
+	rkey := l.key(scope, key, info)
+	c := newCall(delScript, 1)
+	c.args = append(c.args, rkey)
+	_, err = l.run(ctx, c, 0, 1)
+	if l.deny != nil { // after the reset, so that denials sent meanwhile go too
+		l.deny.reset(rkey)
 	}
-	if _, err := l.run(ctx, newCall(delScript, rkey), 0); err != nil {
-		return fmt.Errorf("redlimit: reset %s state of %q: %w", d.suffix, key, err)
-	}
-	if l.deny != nil { // a denial that landed while the reset was in flight
-		l.deny.forget(rkey)
+	if err != nil {
+		return fmt.Errorf("redlimit: reset %v state of %q: %w", limit, key, err)
 	}
 	return nil
 }
 
-// key returns the Redis key of id under d: <prefix>{<id>}:<suffix>[:<instance>].
-// Inside the braces, '%' and '}' are escaped (%25, %7D) so the hash tag is
-// always the whole id and distinct ids never share a key.
-func (l *Limiter) key(id string, d *descriptor) (string, error) {
-	if l.engine == nil {
-		return "", errors.New("redlimit: Limiter is not initialised; create it with core.New")
+// checkID reports whether the Limiter can store state for id.
+func (l *Limiter) checkID(id string) error {
+	switch {
+	case l.engine == nil:
+		return errors.New("redlimit: Limiter is not initialised; create it with core.New")
+	case id == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(id) > MaxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes is longer than %d; hash it first", ErrInvalidKey, len(id), MaxKeyLen)
 	}
-	if id == "" {
-		return "", fmt.Errorf("%w: empty key", ErrInvalidKey)
-	}
-	if len(id) > MaxKeyLen {
-		return "", fmt.Errorf("%w: key of %d bytes is longer than %d; hash it first", ErrInvalidKey, len(id), MaxKeyLen)
-	}
-	if strings.ContainsAny(id, "%}") {
-		id = keyEscaper.Replace(id)
-	}
-	return l.prefix + "{" + id + "}:" + d.suffix + l.instance, nil
+	return nil
 }
 
-var keyEscaper = strings.NewReplacer("%", "%25", "}", "%7D")
+// key returns the Redis key of id under a limit in scope:
+// <prefix>[<scope>:]{<id>}:<suffix>:<period>[:<instance>]. The scope is
+// outside the hash tag, so every scope and limit of one id lands in one
+// Cluster slot. In the scope, '{', '}' and '%' are escaped (%7B, %7D, %25);
+// inside the braces, '%' and '}', so the hash tag is always the whole id
+// and distinct ids or scopes never share a key.
+func (l *Limiter) key(scope, id string, info *limitInfo) string {
+	if strings.ContainsAny(id, "%}") {
+		id = idEscaper.Replace(id)
+	}
+	if scope != "" {
+		if strings.ContainsAny(scope, "%{}") {
+			scope = scopeEscaper.Replace(scope)
+		}
+		return l.prefix + scope + ":{" + id + "}" + info.tail + l.instance
+	}
+	return l.prefix + "{" + id + "}" + info.tail + l.instance
+}
 
-// maxCachedLimits bounds the limits whose arguments a Limiter keeps boxed.
+var (
+	idEscaper    = strings.NewReplacer("%", "%25", "}", "%7D")
+	scopeEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+)
+
+// maxCachedLimits bounds the limits whose checks and arguments a Limiter
+// keeps.
 const maxCachedLimits = 1024
 
-// argCache keeps each limit's script arguments (its algorithm's ARGV)
-// boxed, so that a decision does not allocate to pass them. Most programs
-// use a handful of limits; past maxCachedLimits, arguments are boxed per
-// call.
-type argCache struct {
-	mu sync.RWMutex
-	m  map[Limit][]any
+// limitInfo is what a decision needs of a valid limit, worked out once.
+type limitInfo struct {
+	d        *descriptor
+	capacity int
+	tail     string // the key after the id's "}": ":<suffix>:<period>"
+	args     []any  // the algorithm's name and ARGV, boxed
 }
 
-func (c *argCache) get(l Limit, d *descriptor) []any {
+// limitCache keeps the limitInfo of the limits a Limiter has seen, so a
+// decision neither validates its limits again nor allocates to pass their
+// arguments. Most programs use a handful of limits; past maxCachedLimits,
+// limits are worked out per call.
+type limitCache struct {
+	mu sync.RWMutex
+	m  map[Limit]*limitInfo
+}
+
+func (c *limitCache) get(l Limit) (*limitInfo, error) {
 	c.mu.RLock()
-	args, ok := c.m[l]
+	info, ok := c.m[l]
 	c.mu.RUnlock()
 	if ok {
-		return args
+		return info, nil
 	}
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	d := l.descriptor()
 	argv, n := d.args(l)
-	args = make([]any, n)
-	for i := range args {
-		args[i] = argv[i]
+	info = &limitInfo{d: d, capacity: l.Capacity(), args: make([]any, 1+n),
+		tail: ":" + d.suffix + ":" + periodKey(l.Period)}
+	info.args[0] = d.name
+	for i := range n {
+		info.args[1+i] = argv[i]
 	}
 	c.mu.Lock()
 	if c.m == nil {
-		c.m = make(map[Limit][]any)
+		c.m = make(map[Limit]*limitInfo)
 	}
 	if len(c.m) < maxCachedLimits {
-		c.m[l] = args
+		c.m[l] = info
 	}
 	c.mu.Unlock()
-	return args
+	return info, nil
 }

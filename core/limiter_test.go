@@ -78,12 +78,12 @@ func TestPrefixAndClockDefaults(t *testing.T) {
 	if err != nil || !res.Allowed {
 		t.Fatalf("Allow: %+v, %v", res, err)
 	}
-	if !m.Exists("{k}:gcra") {
-		t.Fatalf("no key {k}:gcra with an empty prefix; keys: %v", m.Keys())
+	if !m.Exists("{k}:gcra:1h") {
+		t.Fatalf("no key {k}:gcra:1h with an empty prefix; keys: %v", m.Keys())
 	}
 	// The state is on Redis's clock: the theoretical arrival time is an
 	// hour after t0, not after the client clock that WithClock(nil) undid.
-	got, _ := m.Get("{k}:gcra")
+	got, _ := m.Get("{k}:gcra:1h")
 	if want := fmt.Sprint(t0.Add(time.Hour).UnixMicro()); got != want {
 		t.Fatalf("stored TAT %s, want %s (t0 + 1h)", got, want)
 	}

@@ -90,6 +90,9 @@ type world struct {
 	advance   func(time.Duration)
 	// ttlsFollowClock: advancing the clock also runs down key TTLs.
 	ttlsFollowClock bool
+	// paired: the suite's limiters decide every limit together with a
+	// companion (see paired).
+	paired bool
 }
 
 // patient is for tests of behaviour, not of timing: under -race, with
@@ -101,14 +104,72 @@ func (w *world) limiter() *core.Limiter {
 	return core.New(w.newClient(), w.opts...)
 }
 
-// stateKey is the documented layout <prefix>{<key>}:<algorithm>, with
-// ":stepped" for a stepped token bucket.
+// decider is what the suite's cases ask of a Limiter.
+type decider interface {
+	Allow(ctx context.Context, key string, l core.Limit) (core.Result, error)
+	AllowN(ctx context.Context, key string, l core.Limit, n int) (core.Result, error)
+	Reset(ctx context.Context, key string, l core.Limit) error
+}
+
+// decider returns a new Limiter for a suite case: alone, or paired.
+func (w *world) decider(opts ...core.Option) decider {
+	lim := core.New(w.newClient(), append(w.opts[:len(w.opts):len(w.opts)], opts...)...)
+	if w.paired {
+		return paired{lim}
+	}
+	return lim
+}
+
+// paired decides each limit together with a companion of another algorithm
+// that never binds, in one decision (AllowAll's path, through DecideEach).
+// Every case must then see exactly what the limit alone would give: a
+// limit's state is the same decided alone or with others. The binding
+// result must agree with the limit's own.
+type paired struct{ lim *core.Limiter }
+
+// companion never binds the suite's limits: a huge allowance per minute.
+func companion(l core.Limit) core.Limit {
+	if l.Algorithm == core.FixedWindow {
+		return core.Limit{Algorithm: core.GCRA, Rate: 1_000_000, Period: time.Minute}
+	}
+	return core.Limit{Algorithm: core.FixedWindow, Rate: 1_000_000, Period: time.Minute}
+}
+
+func (p paired) Allow(ctx context.Context, key string, l core.Limit) (core.Result, error) {
+	return p.AllowN(ctx, key, l, 1)
+}
+
+func (p paired) AllowN(ctx context.Context, key string, l core.Limit, n int) (core.Result, error) {
+	var each [2]core.Result
+	terms := []core.Term{{Limit: companion(l), N: n}, {Limit: l, N: n}}
+	res, err := p.lim.DecideEach(ctx, core.Request{Key: key, Terms: terms}, each[:])
+	if err != nil {
+		return res, err
+	}
+	own := each[1]
+	if res.Limit != l || res.Allowed != own.Allowed || res.Remaining != own.Remaining || res.RetryAfter != own.RetryAfter {
+		return own, fmt.Errorf("the binding result %+v is not the limit's own %+v", res, own)
+	}
+	return own, nil
+}
+
+func (p paired) Reset(ctx context.Context, key string, l core.Limit) error {
+	return p.lim.Reset(ctx, key, l)
+}
+
+// stateKey is the documented layout <prefix>{<key>}:<algorithm>:<period>,
+// with ":stepped" after a stepped token bucket's algorithm and the period
+// written with its count ("1s", "10s", "500ms").
 func stateKey(prefix, id string, l core.Limit) string {
 	key := prefix + "{" + id + "}:" + string(l.Algorithm)
 	if l.Stepped {
 		key += ":stepped"
 	}
-	return key
+	period := strings.TrimPrefix(core.Limit{Rate: 1, Period: l.Period}.String(), "1/")
+	if period[0] < '0' || period[0] > '9' {
+		period = "1" + period
+	}
+	return key + ":" + period
 }
 
 func (w *world) flushScripts() {
@@ -252,22 +313,26 @@ func TestBehaviour(t *testing.T) {
 			t.Parallel()
 			newWorld := b.start(t)
 			for _, a := range suiteAlgorithms {
-				t.Run(a.name, func(t *testing.T) {
-					t.Parallel()
-					for _, c := range suiteCases {
-						t.Run(c.name, func(t *testing.T) {
-							t.Parallel()
-							c.run(t, newWorld(t), a)
-						})
-					}
-				})
+				for _, mode := range []string{"alone", "paired"} {
+					t.Run(a.name+"/"+mode, func(t *testing.T) {
+						t.Parallel()
+						for _, c := range suiteCases {
+							t.Run(c.name, func(t *testing.T) {
+								t.Parallel()
+								w := newWorld(t)
+								w.paired = mode == "paired"
+								c.run(t, w, a)
+							})
+						}
+					})
+				}
 			}
 		})
 	}
 }
 
 // allowN runs one decision and fails the test on error.
-func allowN(t *testing.T, lim *core.Limiter, key string, l core.Limit, n int) core.Result {
+func allowN(t *testing.T, lim decider, key string, l core.Limit, n int) core.Result {
 	t.Helper()
 	res, err := lim.AllowN(context.Background(), key, l, n)
 	if err != nil {
@@ -295,7 +360,7 @@ func check(t *testing.T, what string, res core.Result, allowed bool, remaining i
 }
 
 // drain takes the whole burst at once and checks that it was all there.
-func drain(t *testing.T, lim *core.Limiter, key string, l core.Limit) core.Result {
+func drain(t *testing.T, lim decider, key string, l core.Limit) core.Result {
 	t.Helper()
 	res := allowN(t, lim, key, l, l.Capacity())
 	check(t, "drain", res, true, 0)
@@ -303,7 +368,7 @@ func drain(t *testing.T, lim *core.Limiter, key string, l core.Limit) core.Resul
 }
 
 func testCountdownAndDeny(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
+	lim, l, b := w.decider(), a.limit, a.limit.Capacity()
 	for i := 1; i <= b; i++ {
 		res := allowN(t, lim, "k", l, 1)
 		check(t, fmt.Sprintf("request %d", i), res, true, b-i)
@@ -320,7 +385,7 @@ func testCountdownAndDeny(t *testing.T, w *world, a suiteAlgorithm) {
 }
 
 func testRetryAfterPromise(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l := w.limiter(), a.limit
+	lim, l := w.decider(), a.limit
 	for _, cost := range []int{1, 3} {
 		key := fmt.Sprintf("cost%d", cost)
 		drain(t, lim, key, l)
@@ -339,7 +404,7 @@ func testRetryAfterPromise(t *testing.T, w *world, a suiteAlgorithm) {
 }
 
 func testRefill(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l := w.limiter(), a.limit
+	lim, l := w.decider(), a.limit
 	step := l.Period / time.Duration(l.Rate)
 	var elapsed time.Duration
 	for i, d := range []time.Duration{step / 2, step, 5*step/2 + 1, 7 * step, l.Period - time.Microsecond} {
@@ -365,7 +430,7 @@ func testRefill(t *testing.T, w *world, a suiteAlgorithm) {
 }
 
 func testResetAfter(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
+	lim, l, b := w.decider(), a.limit, a.limit.Capacity()
 	for _, used := range []int{1, b} {
 		key := fmt.Sprintf("used%d", used)
 		res := allowN(t, lim, key, l, used)
@@ -384,7 +449,7 @@ func testResetAfter(t *testing.T, w *world, a suiteAlgorithm) {
 
 func testTTL(t *testing.T, w *world, a suiteAlgorithm) {
 	ctx := context.Background()
-	lim, l := w.limiter(), a.limit
+	lim, l := w.decider(), a.limit
 	key := stateKey(w.prefix, "k", l)
 
 	// Reporting the state of an unknown key writes nothing.
@@ -411,7 +476,7 @@ func testTTL(t *testing.T, w *world, a suiteAlgorithm) {
 }
 
 func testCost(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
+	lim, l, b := w.decider(), a.limit, a.limit.Capacity()
 	check(t, "cost 3", allowN(t, lim, "k", l, 3), true, b-3)
 	for i := 0; i < 2; i++ {
 		check(t, "peek", allowN(t, lim, "k", l, 0), true, b-3)
@@ -424,7 +489,7 @@ func testCost(t *testing.T, w *world, a suiteAlgorithm) {
 }
 
 func testCostAboveBurst(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
+	lim, l, b := w.decider(), a.limit, a.limit.Capacity()
 	for i := 0; i < 2; i++ {
 		res := allowN(t, lim, "k", l, b+1)
 		if res.Allowed || res.RetryAfter != core.InfDuration || res.Remaining != b {
@@ -439,7 +504,7 @@ func testCostAboveBurst(t *testing.T, w *world, a suiteAlgorithm) {
 
 func testInvalidInput(t *testing.T, w *world, a suiteAlgorithm) {
 	ctx := context.Background()
-	lim, l := w.limiter(), a.limit
+	lim, l := w.decider(), a.limit
 	bad := []core.Limit{
 		{Algorithm: l.Algorithm, Rate: 0, Period: time.Second},
 		{Algorithm: l.Algorithm, Rate: -1, Period: time.Second},
@@ -493,7 +558,7 @@ func countKeys(t *testing.T, w *world) int {
 }
 
 func testScriptFlush(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
+	lim, l, b := w.decider(), a.limit, a.limit.Capacity()
 	check(t, "before flush", allowN(t, lim, "k", l, 1), true, b-1)
 	w.flushScripts()
 	check(t, "after SCRIPT FLUSH", allowN(t, lim, "k", l, 1), true, b-2)
@@ -502,7 +567,7 @@ func testScriptFlush(t *testing.T, w *world, a suiteAlgorithm) {
 
 func testReset(t *testing.T, w *world, a suiteAlgorithm) {
 	ctx := context.Background()
-	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
+	lim, l, b := w.decider(), a.limit, a.limit.Capacity()
 	if err := lim.Reset(ctx, "k", l); err != nil {
 		t.Fatalf("Reset of an unknown key: %v", err)
 	}
@@ -516,7 +581,7 @@ func testReset(t *testing.T, w *world, a suiteAlgorithm) {
 }
 
 func testKeysStayApart(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
+	lim, l, b := w.decider(), a.limit, a.limit.Capacity()
 	// Keys that would collide or break the hash tag if not escaped.
 	tricky := []string{"a}b", "a%7Db", "}", "{", "{x}", "%", "%25", "user:1", "ユーザー"}
 	for _, k := range tricky {
@@ -530,15 +595,15 @@ func testKeysStayApart(t *testing.T, w *world, a suiteAlgorithm) {
 		check(t, "fresh identity", allowN(t, lim, fmt.Sprintf("id%d", i), l, 1), true, b-1)
 	}
 	// Another prefix is another namespace.
-	other := core.New(w.newClient(), append(w.opts, core.WithPrefix(w.prefix+"other:"))...)
+	other := w.decider(core.WithPrefix(w.prefix + "other:"))
 	check(t, "other prefix", allowN(t, other, "a}b", l, 1), true, b-1)
 }
 
-// testLimitChange: Rate, Period and Burst are not part of the key, so a
-// limit changed at run time keeps the state: what the drain used under the
+// testLimitChange: Rate and Burst are not part of the key, so a limit
+// changed at run time keeps the state: what the drain used under the
 // old limit is still used under a doubled one.
 func testLimitChange(t *testing.T, w *world, a suiteAlgorithm) {
-	lim, l := w.limiter(), a.limit
+	lim, l := w.decider(), a.limit
 	drain(t, lim, "k", l)
 	bigger := l
 	bigger.Rate *= 2
@@ -569,7 +634,7 @@ func testConcurrentExact(t *testing.T, w *world, a suiteAlgorithm) {
 		errs      = make(chan error, instances*goroutines)
 	)
 	for i := 0; i < instances; i++ {
-		lim := w.limiter()
+		lim := w.decider()
 		for g := 0; g < goroutines; g++ {
 			wg.Add(1)
 			go func() {

@@ -1,6 +1,7 @@
 package lua
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -26,16 +27,10 @@ func TestScriptsDocumented(t *testing.T) {
 			}
 			header.WriteString(line + "\n")
 		}
-		h := header.String()
-		if e.Name() != "prelude.lua" {
-			for _, want := range []string{"KEYS", "Reply"} {
-				if !strings.Contains(h, want) {
-					t.Errorf("%s: the opening comment does not mention %s", e.Name(), want)
-				}
+		for _, want := range []string{"KEYS", "ARGV", "Reply"} {
+			if !strings.Contains(header.String(), want) {
+				t.Errorf("%s: the opening comment does not mention %s", e.Name(), want)
 			}
-		}
-		if !strings.Contains(h, "ARGV") {
-			t.Errorf("%s: the opening comment does not mention ARGV", e.Name())
 		}
 		if n := strings.Count(src, "\n"); n > 100 {
 			t.Errorf("%s: %d lines; keep scripts under 100", e.Name(), n)
@@ -43,15 +38,27 @@ func TestScriptsDocumented(t *testing.T) {
 	}
 }
 
-// TestDecisionScripts: each decision script is the prelude and a body.
+// TestDecisionScripts: a decision script is the prelude, the algorithms'
+// files, each adding its entries to the table, and decide.lua.
 func TestDecisionScripts(t *testing.T) {
 	t.Parallel()
-	prelude := read("prelude")
-	for _, name := range []string{"gcra", "token_bucket", "token_bucket_stepped", "fixed_window",
-		"sliding_window", "sliding_log", "leaky_bucket"} {
-		if src := Decision(name); !strings.HasPrefix(src, prelude) || len(src) == len(prelude) {
-			t.Errorf("%s is not the prelude followed by a body", name)
+	prelude, decide := read("prelude"), read("decide")
+	entry := regexp.MustCompile(`(?m)^algorithms\.(\w+) = \{args = \d+, decide = function\(key, cost, at, commit\)$`)
+	names := []string{"gcra", "token_bucket", "token_bucket_stepped", "fixed_window",
+		"sliding_window", "sliding_log", "leaky_bucket"}
+	for _, name := range names {
+		src := Decision(name)
+		if !strings.HasPrefix(src, prelude) || !strings.HasSuffix(src, decide) || len(src) == len(prelude)+len(decide) {
+			t.Errorf("%s is not the prelude, a body and decide.lua", name)
 		}
+		found := entry.FindAllStringSubmatch(read(name), -1)
+		if len(found) == 0 || found[0][1] != name {
+			t.Errorf("%s.lua does not add algorithms.%s first: %v", name, name, found)
+		}
+	}
+	all := Decision(names...)
+	if got := len(entry.FindAllString(all, -1)); got != len(names)+1 { // leaky_bucket_shape too
+		t.Errorf("the script of every algorithm has %d entries, want %d", got, len(names)+1)
 	}
 	defer func() {
 		if recover() == nil {

@@ -2,46 +2,48 @@
 -- last period is one member of a sorted set, scored by its time in µs; an
 -- event at or before now - period has left the window.
 --
--- KEYS[1] sorted set: member "<µs>:<i>" (i numbers the events admitted in
+-- KEYS    sorted set: member "<µs>:<i>" (i numbers the events admitted in
 --         that µs, so members stay unique), score = the µs. Members that
 --         left the window are trimmed on every write, so it holds at most
 --         burst members; the key expires one period after the last event.
--- ARGV[3] period in microseconds
--- ARGV[4] burst: the allowance per window (= rate)
--- Reply   {allowed, remaining, retry_after_us, reset_after_us, 0}
-local key = KEYS[1]
-local period, burst = tonumber(ARGV[3]), tonumber(ARGV[4])
-local edge = now - period
-local gone = redis.call('ZCOUNT', key, '-inf', edge)
-local count = redis.call('ZCARD', key) - gone
+-- ARGV    period in microseconds; burst: the allowance per window (= rate)
+-- Reply   allowed, remaining, retry_after, reset_after, 0
+algorithms.sliding_log = {args = 2, decide = function(key, cost, at, commit)
+  local period, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+  local edge = now - period
+  local gone = redis.call('ZCOUNT', key, '-inf', edge)
+  local count = redis.call('ZCARD', key) - gone
 
--- score of the member at rank r (0 is the oldest still stored)
-local function score(r)
-  return tonumber(redis.call('ZRANGE', key, r, r, 'WITHSCORES')[2])
-end
-
-if count + cost > burst then
-  -- the (count + cost - burst)-th oldest in the window must leave first
-  local first = score(gone + count + cost - burst - 1)
-  return {0, burst - count, first + period - now, score(-1) + period - now, 0}
-end
-if cost == 0 then
-  local reset = 0
-  if count > 0 then reset = score(-1) + period - now end
-  return {1, burst - count, 0, reset, 0}
-end
-
-if gone > 0 then redis.call('ZREMRANGEBYRANK', key, 0, gone - 1) end
--- string.format, not tostring or `..`: those keep 14 digits of a 16-digit µs
-local base, at = redis.call('ZCOUNT', key, now, now), string.format('%d', now)
-local batch = {}
-for i = 1, cost do
-  batch[#batch + 1] = at
-  batch[#batch + 1] = at .. ':' .. (base + i - 1)
-  if #batch >= 1000 or i == cost then -- keep unpack within Lua's stack
-    redis.call('ZADD', key, unpack(batch))
-    batch = {}
+  -- score of the member at rank r (0 is the oldest still stored)
+  local function score(r)
+    return tonumber(redis.call('ZRANGE', key, r, r, 'WITHSCORES')[2])
   end
-end
-redis.call('PEXPIRE', key, math.max(1, math.ceil(period / 1000)))
-return {1, burst - count - cost, 0, period, 0}
+
+  if count + cost > burst then
+    -- the (count + cost - burst)-th oldest in the window must leave first
+    local first = score(gone + count + cost - burst - 1)
+    return 0, burst - count, first + period - now, score(-1) + period - now, 0
+  end
+  if cost == 0 then
+    local reset = 0
+    if count > 0 then reset = score(-1) + period - now end
+    return 1, burst - count, 0, reset, 0
+  end
+
+  if commit then
+    if gone > 0 then redis.call('ZREMRANGEBYRANK', key, 0, gone - 1) end
+    -- string.format, not tostring or `..`: those keep 14 digits of a 16-digit µs
+    local base, stamp = redis.call('ZCOUNT', key, now, now), string.format('%d', now)
+    local batch = {}
+    for i = 1, cost do
+      batch[#batch + 1] = stamp
+      batch[#batch + 1] = stamp .. ':' .. (base + i - 1)
+      if #batch >= 1000 or i == cost then -- keep unpack within Lua's stack
+        redis.call('ZADD', key, unpack(batch))
+        batch = {}
+      end
+    end
+    redis.call('PEXPIRE', key, math.max(1, math.ceil(period / 1000)))
+  end
+  return 1, burst - count - cost, 0, period, 0
+end}

@@ -1,41 +1,42 @@
 -- Token bucket: capacity burst, refilled continuously at rate per period.
 --
--- KEYS[1] hash {c = credit, t = µs of the last update, u = unit}. No key
+-- KEYS    hash {c = credit, t = µs of the last update, u = unit}. No key
 --         means a full bucket. One token is `unit` credit and each µs adds
 --         `drip`, so refill is exact.
--- ARGV[3] unit: period / gcd(period, rate)
--- ARGV[4] drip: rate / gcd(period, rate)
--- ARGV[5] burst
--- Reply   {allowed, remaining, retry_after_us, reset_after_us, 0}
-local unit, drip, burst = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local full = burst * unit
+-- ARGV    unit: period / gcd(period, rate); drip: rate / gcd(period, rate);
+--         burst
+-- Reply   allowed, remaining, retry_after, reset_after, 0
+algorithms.token_bucket = {args = 3, decide = function(key, cost, at, commit)
+  local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+  local full = burst * unit
 
-local state = redis.call('HMGET', KEYS[1], 'c', 't', 'u')
-local credit, last = tonumber(state[1]), tonumber(state[2])
-if not credit then
-  credit, last = full, now
-else
-  local stored = tonumber(state[3])
-  if stored and stored ~= unit then -- the limit changed: keep whole tokens
-    local tokens = math.floor(credit / stored)
-    credit = tokens * unit + math.floor((credit - tokens * stored) * unit / stored)
+  local state = redis.call('HMGET', key, 'c', 't', 'u')
+  local credit, last = tonumber(state[1]), tonumber(state[2])
+  if not credit then
+    credit, last = full, now
+  else
+    local stored = tonumber(state[3])
+    if stored and stored ~= unit then -- the limit changed: keep whole tokens
+      local tokens = math.floor(credit / stored)
+      credit = tokens * unit + math.floor((credit - tokens * stored) * unit / stored)
+    end
+    if now > last then
+      credit = credit + (now - last) * drip
+      last = now
+    end
+    credit = math.min(full, credit)
   end
-  if now > last then
-    credit = credit + (now - last) * drip
-    last = now
-  end
-  credit = math.min(full, credit)
-end
--- a clock that went backwards refills nothing and keeps `last`
+  -- a clock that went backwards refills nothing and keeps `last`
 
-local need = cost * unit
-if credit < need then
-  return {0, math.floor(credit / unit), math.ceil((need - credit) / drip), math.ceil((full - credit) / drip), 0}
-end
-credit = credit - need
-local reset = math.ceil((full - credit) / drip)
-if cost > 0 then
-  redis.call('HSET', KEYS[1], 'c', credit, 't', last, 'u', unit)
-  redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil(reset / 1000)))
-end
-return {1, math.floor(credit / unit), 0, reset, 0}
+  local need = cost * unit
+  if credit < need then
+    return 0, math.floor(credit / unit), math.ceil((need - credit) / drip), math.ceil((full - credit) / drip), 0
+  end
+  credit = credit - need
+  local reset = math.ceil((full - credit) / drip)
+  if commit then
+    redis.call('HSET', key, 'c', credit, 't', last, 'u', unit)
+    redis.call('PEXPIRE', key, math.max(1, math.ceil(reset / 1000)))
+  end
+  return 1, math.floor(credit / unit), 0, reset, 0
+end}

@@ -279,8 +279,8 @@ func testLongKeys(t *testing.T, a Adapter) {
 	expect(t, "again", req{headers: []string{"X-Api-Key", long}}.send(h), http.StatusTooManyRequests)
 	expect(t, "another long key", req{headers: []string{"X-Api-Key", long + "x"}}.send(h), http.StatusOK)
 	keys.Range(func(k, _ any) bool {
-		if s := k.(string); len(s) > 100 || !strings.HasPrefix(s, "long|sha256:") {
-			t.Errorf("Redis key %q is not a hash", s)
+		if s := k.(string); len(s) > 100 || !strings.HasPrefix(s, "sha256:") {
+			t.Errorf("key %q is not a hash", s)
 		}
 		return true
 	})
@@ -457,7 +457,7 @@ func testShaping(t *testing.T, a Adapter) {
 	slow := core.Limit{Algorithm: core.LeakyBucket, Rate: 1, Period: time.Second, Burst: 2, Shape: true}
 	h = build(t, a, Spec{Limiter: core.New(rdb), Global: &Mw{slow, []redlimit.Option{redlimit.WithName("queue")}}})
 	expect(t, "first in an empty queue", req{}.send(h), http.StatusOK)
-	key := "redlimit:{queue|ip:203.0.113.7}:leaky_bucket"
+	key := "redlimit:queue:{ip:203.0.113.7}:leaky_bucket:1s"
 	level := m.HGet(key, "l")
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
