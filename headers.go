@@ -57,63 +57,98 @@ var (
 	keyRateLimit  = http.CanonicalHeaderKey(HeaderRateLimit)
 )
 
-// headerValues are the fields that never change for one policy, built once.
-// Each slice has len == cap, so a later Header.Add copies instead of
-// writing into the shared array.
-type headerValues struct {
-	profile HeaderProfile
-	limit   []string // X-RateLimit-Limit
-	policy  []string // RateLimit-Policy
-	quoted  string   // the policy name as a structured-field string
+// quota is one limit of a request's decision as the headers show it, its
+// fixed fields built once. Each slice has len == cap, so a later
+// Header.Add copies instead of writing into the shared array.
+type quota struct {
+	scope    string
+	limit    core.Limit
+	capacity []string // X-RateLimit-Limit
+	member   string   // the draft's list member name, a structured-field string
+	policy   []string // its RateLimit-Policy item
 }
 
-func newHeaderValues(profile HeaderProfile, name string, l core.Limit) headerValues {
-	q := sfString(name)
-	return headerValues{
-		profile: profile,
-		limit:   []string{strconv.Itoa(l.Capacity())},
-		policy:  []string{q + ";q=" + strconv.Itoa(l.Rate) + ";w=" + strconv.FormatInt(seconds(l.Period), 10)},
-		quoted:  q,
+// quotasOf returns the quotas of a policy's limits. The first is named as
+// the policy; the others add their period, and their algorithm where two
+// share a period: "api", "api-1h", "api-1h-fixed_window".
+func quotasOf(name string, limits []core.Limit) []quota {
+	quotas := make([]quota, len(limits))
+	for i, l := range limits {
+		member := name
+		if i > 0 {
+			period := strings.TrimPrefix(core.Limit{Rate: 1, Period: l.Period}.String(), "1/")
+			if period[0] < '0' || period[0] > '9' {
+				period = "1" + period
+			}
+			member += "-" + period
+			for _, m := range limits[:i] {
+				if m.Period == l.Period {
+					member += "-" + string(l.Algorithm)
+					break
+				}
+			}
+		}
+		q := sfString(member)
+		quotas[i] = quota{scope: name, limit: l, member: q,
+			capacity: []string{strconv.Itoa(l.Capacity())},
+			policy:   []string{q + ";q=" + strconv.Itoa(l.Rate) + ";w=" + strconv.FormatInt(seconds(l.Period), 10)},
+		}
 	}
+	return quotas
 }
 
-// set writes the rate-limit fields of res, and Retry-After when denied.
-func (v *headerValues) set(h http.Header, res core.Result, denied bool) {
-	if v.profile == HeadersNone {
-		if denied {
-			setRetryAfter(h, res.RetryAfter)
-		}
-		return
-	}
-	remaining := strconv.Itoa(max(0, res.Remaining))
-	reset := strconv.FormatInt(seconds(res.ResetAfter), 10)
-	// One backing array for every value; each header gets a full slice of
-	// it (len == cap), so appending to one cannot overwrite another.
-	vals := make([]string, 0, 3)
-	// Another policy may have answered this request already (a global and
-	// a per-route limit): X-RateLimit-* then describe the more restrictive
-	// of the two, or the one that denies, and the draft's fields, which are
-	// lists, get one item each.
-	if (v.profile == HeadersXRateLimit || v.profile == HeadersBoth) && (denied || !moreRestrictive(h, res.Remaining)) {
-		vals = append(vals, remaining, reset)
-		h[keyLimit] = v.limit
-		h[keyRemaining] = vals[0:1:1]
-		h[keyReset] = vals[1:2:2]
-	}
-	if v.profile == HeadersDraft || v.profile == HeadersBoth {
-		vals = append(vals, v.quoted+";r="+remaining+";t="+reset)
-		item := vals[len(vals)-1 : len(vals) : len(vals)]
-		if _, seen := h[keyRateLimit]; seen {
-			h[keyPolicy] = append(h[keyPolicy], v.policy...)
-			h[keyRateLimit] = append(h[keyRateLimit], item...)
-		} else {
-			h[keyPolicy] = v.policy
-			h[keyRateLimit] = item
-		}
-	}
+// setHeaders writes the rate-limit fields of a decision under quotas,
+// whose limits answered each and together res, and Retry-After when
+// denied. The X-RateLimit fields describe the binding limit; the draft's
+// list every quota.
+func setHeaders(h http.Header, profile HeaderProfile, quotas []quota, each []core.Result, res core.Result) {
+	denied := !res.Allowed
 	if denied {
 		setRetryAfter(h, res.RetryAfter)
 	}
+	if profile == HeadersNone {
+		return
+	}
+	if (profile == HeadersXRateLimit || profile == HeadersBoth) && (denied || !moreRestrictive(h, res.Remaining)) {
+		vals := []string{strconv.Itoa(max(0, res.Remaining)), strconv.FormatInt(seconds(res.ResetAfter), 10)}
+		h[keyLimit] = quotas[binding(each, res)].capacity
+		h[keyRemaining] = vals[0:1:1]
+		h[keyReset] = vals[1:2:2]
+	}
+	if profile == HeadersDraft || profile == HeadersBoth {
+		items := make([]string, len(quotas))
+		for i, q := range quotas {
+			items[i] = q.member + ";r=" + strconv.Itoa(max(0, each[i].Remaining)) + ";t=" + strconv.FormatInt(seconds(each[i].ResetAfter), 10)
+		}
+		if _, seen := h[keyRateLimit]; seen { // another policy answered first
+			h[keyRateLimit] = append(h[keyRateLimit], items...)
+			for _, q := range quotas {
+				h[keyPolicy] = append(h[keyPolicy], q.policy...)
+			}
+			return
+		}
+		h[keyRateLimit] = items
+		if len(quotas) == 1 {
+			h[keyPolicy] = quotas[0].policy
+			return
+		}
+		policies := make([]string, len(quotas))
+		for i, q := range quotas {
+			policies[i] = q.policy[0]
+		}
+		h[keyPolicy] = policies
+	}
+}
+
+// binding returns the index of the binding limit's result in each: the
+// first that matches res.
+func binding(each []core.Result, res core.Result) int {
+	for i, r := range each {
+		if r.Limit == res.Limit && r.Allowed == res.Allowed && r.Remaining == res.Remaining && r.RetryAfter == res.RetryAfter {
+			return i
+		}
+	}
+	return 0
 }
 
 // moreRestrictive reports whether h already carries an X-RateLimit-Remaining

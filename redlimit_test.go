@@ -100,23 +100,40 @@ func TestNewPolicyErrors(t *testing.T) {
 	redlimit.MustPolicy(lim, core.Limit{})
 }
 
-// TestDefaultNames: the first policy of a limit is named by it; later ones
-// get a suffix, so they never share state by accident; an explicit name is
-// kept, even twice.
+// TestDefaultNames: a policy's default name is its limits, whatever else
+// was built before it, so every instance of a service names it alike. Two
+// policies of one Limiter that would share a name by default are an error
+// telling to name them; explicit names may be shared on purpose.
 func TestDefaultNames(t *testing.T) {
 	t.Parallel()
 	lim, _ := embedded(t)
-	l := core.Limit{Rate: 7, Period: 7 * time.Second} // used by no other test
+	l := core.Limit{Rate: 7, Period: 7 * time.Second}
 	first := redlimit.MustPolicy(lim, l)
-	second := redlimit.MustPolicy(lim, l)
-	third := redlimit.MustPolicy(lim, l)
-	if first.Name() != "7/7s" || second.Name() != "7/7s#2" || third.Name() != "7/7s#3" {
-		t.Fatalf("default names %q %q %q", first.Name(), second.Name(), third.Name())
+	if first.Name() != "7/7s" {
+		t.Fatalf("default name %q, want 7/7s", first.Name())
+	}
+	also := redlimit.MustPolicy(lim, l, redlimit.WithAlso(core.Limit{Algorithm: core.FixedWindow, Rate: 100, Period: time.Hour}))
+	if also.Name() != "7/7s, 100/h fixed_window" {
+		t.Fatalf("default name with WithAlso %q", also.Name())
+	}
+	for _, opts := range [][]redlimit.Option{nil, {redlimit.WithName("7/7s")}} {
+		_, err := redlimit.NewPolicy(lim, l, opts...)
+		if err == nil || !strings.Contains(err.Error(), "WithName") {
+			t.Fatalf("a second policy named 7/7s (%d options): %v, want an error telling to name it", len(opts), err)
+		}
+	}
+	// Built in another order, or on another Limiter, the answer is the same.
+	other, _ := embedded(t)
+	if p := redlimit.MustPolicy(other, l); p.Name() != "7/7s" {
+		t.Fatalf("on another Limiter: %q", p.Name())
 	}
 	a := redlimit.MustPolicy(lim, l, redlimit.WithName("shared-on-purpose"))
 	b := redlimit.MustPolicy(lim, l, redlimit.WithName("shared-on-purpose"))
 	if a.Name() != b.Name() {
 		t.Fatalf("explicit names %q and %q differ", a.Name(), b.Name())
+	}
+	if _, err := redlimit.NewPolicy(lim, core.PerSecond(1), redlimit.WithName("é")); err == nil {
+		t.Fatal("a name the RateLimit headers cannot carry was accepted")
 	}
 }
 

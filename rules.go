@@ -23,15 +23,22 @@ var ErrInvalidRules = errors.New("redlimit: invalid rules")
 
 // Rules maps route patterns to limit strings, for many routes in one place:
 //
-//	{"POST /login": "5/m", "GET /api/*": "100/s", "/": "1000/m"}
+//	{"*": "100/s, 10000/d", "POST /login": "5/m, 20/d", "GET /api/*": "50/s"}
 //
 // A pattern is a net/http ServeMux pattern ("[METHOD ][HOST]/path", with
 // {name} and {name...} wildcards); a trailing "*" is short for "{rest...}".
-// A limit string is what core.ParseLimit reads. Each request is limited by
-// the one rule whose pattern matches it most specifically, with ServeMux's
-// precedence, against the request's cleaned path; a request no rule
-// matches passes without a limit. Each rule is its own policy, named by its
-// pattern, so requests are counted per rule and key, never per raw path.
+// A limit string is what core.ParseLimits reads: one limit, or several
+// decided together ("5/m, 20/d"). Each request is limited by the one rule
+// whose pattern matches it most specifically, with ServeMux's precedence,
+// against the request's cleaned path. Each rule is its own policy, named
+// by its pattern, so requests are counted per rule and key, never per raw
+// path.
+//
+// The pattern "*" is the catch-all: its limits apply to every request, in
+// the same decision as the matching rule's, all or nothing, so a request
+// one rule denies is charged to no limit, the catch-all's included. A
+// request no other rule matches is decided under the catch-all alone;
+// without a catch-all, it passes without a limit.
 //
 // A table has at least one rule: an empty one is an error (ErrInvalidRules),
 // never a table that limits nothing.
@@ -142,14 +149,18 @@ func abbreviate(raw []byte) string {
 // is not usable). It is safe for concurrent use.
 type RuleSet struct {
 	mux      *http.ServeMux
+	catchAll *Policy   // the "*" rule, or nil
 	policies []*Policy // in pattern order
 }
 
+// CatchAll is the pattern of the rule whose limits apply to every request.
+const CatchAll = "*"
+
 // NewRuleSet checks every rule and builds its policy with opts (each
-// policy's name is its pattern, whatever opts say). Errors name the rule
-// that is wrong; a bad limit wraps core.ErrInvalidLimit. A table without
-// rules (nil or empty) is an error wrapping ErrInvalidRules, as it is for
-// ParseRules.
+// policy's name is its pattern, whatever opts say; WithAlso and
+// WithRequestLimits are not for rules). Errors name the rule that is wrong;
+// a bad limit wraps core.ErrInvalidLimit. A table without rules (nil or
+// empty) is an error wrapping ErrInvalidRules, as it is for ParseRules.
 func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error) {
 	if len(rules) == 0 {
 		return nil, errNoRules
@@ -159,7 +170,7 @@ func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error
 	for pattern := range rules {
 		patterns = append(patterns, pattern)
 	}
-	sort.Strings(patterns)
+	sort.Strings(patterns) // "*" sorts before every pattern, which starts with a letter or '/'
 	for _, pattern := range patterns {
 		p, err := rs.add(lim, pattern, rules[pattern], opts)
 		if err != nil {
@@ -171,9 +182,31 @@ func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error
 }
 
 func (rs *RuleSet) add(lim *core.Limiter, pattern, spec string, opts []Option) (p *Policy, err error) {
-	limit, err := core.ParseLimit(spec)
+	limits, err := core.ParseLimits(spec)
 	if err != nil {
 		return nil, err
+	}
+	p, err = newPolicy(lim, limits, append(opts[:len(opts):len(opts)], WithName(pattern)))
+	switch {
+	case err != nil:
+		return nil, err
+	case p.pick != nil || len(p.also) > 0:
+		return nil, errors.New("WithAlso and WithRequestLimits are not for rules: write the limits in the rule")
+	}
+	if err := claimName(lim, pattern, false); err != nil {
+		return nil, err
+	}
+	if pattern == CatchAll {
+		rs.catchAll = p
+		return p, nil
+	}
+	if c := rs.catchAll; c != nil { // decided together with the catch-all
+		if len(c.quotas)+len(p.quotas) > core.MaxTerms {
+			return nil, fmt.Errorf("%d limits with the catch-all's; at most %d", len(c.quotas)+len(p.quotas), core.MaxTerms)
+		}
+		p.quotas = append(c.quotas[:len(c.quotas):len(c.quotas)], p.quotas...)
+		p.inherits = len(c.quotas)
+		p.local = c.local // the catch-all's fallback state is shared, as its Redis state is
 	}
 	muxPattern := pattern
 	if i := strings.IndexByte(pattern, '*'); i >= 0 {
@@ -181,10 +214,6 @@ func (rs *RuleSet) add(lim *core.Limiter, pattern, spec string, opts []Option) (
 			return nil, fmt.Errorf("'*' may only end a pattern, as in \"GET /api/*\"")
 		}
 		muxPattern = pattern[:i] + "{rest...}"
-	}
-	p, err = NewPolicy(lim, limit, append(opts[:len(opts):len(opts)], WithName(pattern))...)
-	if err != nil {
-		return nil, err
 	}
 	defer func() { // ServeMux reports bad and conflicting patterns by panicking
 		if r := recover(); r != nil {
@@ -201,8 +230,16 @@ type rulePolicy struct{ *Policy }
 // ServeHTTP is never called: ServeMux is only asked which entry matches.
 func (rulePolicy) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
-// Match returns the policy of the rule that matches r, or nil.
+// Match returns the policy of the rule that matches r, the catch-all if
+// none does, or nil.
 func (rs *RuleSet) Match(r *http.Request) *Policy {
+	if p := rs.match(r); p != nil {
+		return p
+	}
+	return rs.catchAll
+}
+
+func (rs *RuleSet) match(r *http.Request) *Policy {
 	h, _ := rs.mux.Handler(r)
 	if rp, ok := h.(rulePolicy); ok {
 		return rp.Policy

@@ -106,7 +106,7 @@ func (c *denyCache) get(id string, keys []string, terms []Term, now time.Time, e
 		}
 	}
 	copy(each, results)
-	res := binding(results)
+	res := Binding(results)
 	res.Cached = true
 	return res, true
 }

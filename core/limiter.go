@@ -456,7 +456,7 @@ func (l *Limiter) decide(ctx context.Context, id string, terms []Term, timeout t
 		}
 	}
 	copy(each, results)
-	res := binding(results)
+	res := Binding(results)
 	if !res.Allowed && l.deny != nil && !never {
 		l.deny.add(cacheID, keys, terms, now, seq, results)
 	}
@@ -473,11 +473,12 @@ func algorithmsOf(infos []*limitInfo) string {
 	return strings.Join(names, "+")
 }
 
-// binding returns the result of a decision from its terms' results: the
-// denying term with the longest RetryAfter, or, when all allow, the term
-// with the fewest Remaining; with the longest ResetAfter of all, and the
-// longest Delay when allowed.
-func binding(results []Result) Result {
+// Binding returns the result of a decision of several limits from each
+// limit's own result, as AllowAll does: the denying limit's with the
+// longest RetryAfter, or, when all allow, the one with the fewest
+// Remaining (the first of equals); with the longest ResetAfter of all, and
+// the longest Delay when allowed. results must not be empty.
+func Binding(results []Result) Result {
 	res := results[0]
 	for _, r := range results[1:] {
 		switch {

@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,6 +59,14 @@ var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // embedded returns a Limiter on a fresh miniredis with a still clock.
 func embedded(t *testing.T) *core.Limiter {
+	lim, _ := embeddedRedis(t)
+	return lim
+}
+
+// embeddedRedis is embedded with more options, that also returns the
+// miniredis, whose clock a test may move (with the deny cache off: it
+// runs on the process's clock).
+func embeddedRedis(t *testing.T, opts ...core.Option) (*core.Limiter, *miniredis.Miniredis) {
 	m := miniredis.RunT(t)
 	m.SetTime(t0)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
@@ -64,7 +74,7 @@ func embedded(t *testing.T) *core.Limiter {
 	// Generous: under -race, with every test in parallel on two cores, a
 	// decision can take longer than the default timeout. Tests of the
 	// timeout set their own.
-	return core.New(rdb, core.WithTimeout(10*time.Second))
+	return core.New(rdb, append([]core.Option{core.WithTimeout(10 * time.Second)}, opts...)...), m
 }
 
 // build makes the app or fails the test.
@@ -164,6 +174,10 @@ func Run(t *testing.T, a Adapter) {
 		{"FailurePolicies", testFailurePolicies},
 		{"SlowRedis", testSlowRedis},
 		{"Instances", testInstances},
+		{"WithAlso", testWithAlso},
+		{"RulesCatchAll", testRulesCatchAll},
+		{"RequestLimits", testRequestLimits},
+		{"InstancesOneDecision", testInstancesOneDecision},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -338,10 +352,21 @@ func testPerRoute(t *testing.T, a Adapter) {
 	}
 }
 
-// testPoliciesApart: two routes with the same limit and default names are
-// two policies with two states.
+// testPoliciesApart: two routes with the same limit and default names
+// would share state: building them fails, telling to name them. Named,
+// they are two policies with two states.
 func testPoliciesApart(t *testing.T, a Adapter) {
-	h := build(t, a, Spec{Limiter: embedded(t), Login: &Mw{Limit: core.PerHour(2)}, Users: &Mw{Limit: core.PerHour(2)}})
+	func() {
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "WithName") {
+				t.Fatalf("two unnamed policies with one limit: %v, want a panic telling to name them", r)
+			}
+		}()
+		_, _ = a.App(Spec{Limiter: embedded(t), Login: &Mw{Limit: core.PerHour(2)}, Users: &Mw{Limit: core.PerHour(2)}})
+	}()
+	h := build(t, a, Spec{Limiter: embedded(t),
+		Login: &Mw{core.PerHour(2), []redlimit.Option{redlimit.WithName("login")}},
+		Users: &Mw{core.PerHour(2), []redlimit.Option{redlimit.WithName("users")}}})
 	for i := 0; i < 2; i++ {
 		expect(t, "login", req{method: http.MethodPost, path: "/login"}.send(h), http.StatusOK)
 	}
@@ -580,6 +605,159 @@ func testInstances(t *testing.T, a Adapter) {
 		if ok.Load() != limit || other.Load() != 0 || ok.Load()+denied.Load() < 2*limit {
 			t.Fatalf("%d instances: %d served, %d denied, %d other; want exactly %d served and the rest denied",
 				instances, ok.Load(), denied.Load(), other.Load(), limit)
+		}
+	})
+}
+
+// testWithAlso: a policy's limits are decided together: the first denial
+// charges neither, the headers describe the binding limit, and the draft
+// profile lists both.
+func testWithAlso(t *testing.T, a Adapter) {
+	lim, m := embeddedRedis(t, core.WithDenyCache(0))
+	hourly := core.Limit{Algorithm: core.FixedWindow, Rate: 3, Period: time.Hour}
+	opts := []redlimit.Option{redlimit.WithName("api"), redlimit.WithAlso(hourly), redlimit.WithHeaders(redlimit.HeadersBoth)}
+	h := build(t, a, Spec{Limiter: lim, Global: &Mw{core.PerMinute(2), opts}})
+	w := req{}.send(h)
+	expect(t, "first", w, http.StatusOK, "X-RateLimit-Limit", "2", "X-RateLimit-Remaining", "1")
+	if got := strings.Join(w.Header().Values("RateLimit-Policy"), ", "); got != `"api";q=2;w=60, "api-1h";q=3;w=3600` {
+		t.Fatalf("RateLimit-Policy %q, want both limits", got)
+	}
+	if got := strings.Join(w.Header().Values("RateLimit"), ", "); got != `"api";r=1;t=30, "api-1h";r=2;t=3600` {
+		t.Fatalf("RateLimit %q, want both limits", got)
+	}
+	expect(t, "second", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", "0")
+	expect(t, "the minute's limit denies", req{}.send(h), http.StatusTooManyRequests,
+		"X-RateLimit-Limit", "2", "Retry-After", "30")
+	m.SetTime(t0.Add(time.Minute))
+	// Had the denial been charged to the hour's limit, it would deny now.
+	expect(t, "a minute on: the hour's last", req{}.send(h), http.StatusOK, "X-RateLimit-Limit", "3", "X-RateLimit-Remaining", "0")
+	expect(t, "the hour's limit denies", req{}.send(h), http.StatusTooManyRequests, "X-RateLimit-Limit", "3")
+}
+
+// testRulesCatchAll: the "*" rule applies to every request in the same
+// decision as the matching rule: a request the route denies is charged to
+// neither, and a request no rule matches is decided by "*" alone.
+func testRulesCatchAll(t *testing.T, a Adapter) {
+	rules := redlimit.Rules{"*": "4/m", "POST /login": "1/m, 5/h fixed_window"}
+	h := build(t, a, Spec{Limiter: embedded(t), Rules: rules, RulesOpts: []redlimit.Option{redlimit.WithHeaders(redlimit.HeadersBoth)}})
+	login := req{method: http.MethodPost, path: "/login"}
+	w := login.send(h)
+	expect(t, "login", w, http.StatusOK, "X-RateLimit-Limit", "1", "X-RateLimit-Remaining", "0")
+	if got := strings.Join(w.Header().Values("RateLimit"), ", "); got != `"*";r=3;t=15, "POST /login";r=0;t=60, "POST /login-1h";r=4;t=3600` {
+		t.Fatalf("RateLimit %q, want the catch-all and both of the route's limits", got)
+	}
+	for i := 0; i < 3; i++ {
+		expect(t, "login over its minute", login.send(h), http.StatusTooManyRequests, "X-RateLimit-Limit", "1")
+	}
+	// Three denied logins charged nothing: the catch-all has 3 left.
+	expect(t, "ping, under the catch-all alone", req{}.send(h), http.StatusOK, "X-RateLimit-Limit", "4", "X-RateLimit-Remaining", "2")
+	for i := 0; i < 2; i++ {
+		expect(t, "ping", req{}.send(h), http.StatusOK)
+	}
+	expect(t, "ping over the catch-all", req{}.send(h), http.StatusTooManyRequests, "X-RateLimit-Limit", "4")
+	if _, err := a.App(Spec{Limiter: embedded(t), Rules: redlimit.Rules{"*": "1/m, 2/m"}}); err == nil || !strings.Contains(err.Error(), `rule "*"`) {
+		t.Fatalf("a catch-all whose limits share state: %v, want an error naming the rule", err)
+	}
+}
+
+// testRequestLimits: limits picked per request (a plan tier from a
+// header): a tier whose rate differs keeps the state (a window's count; a
+// GCRA key keeps its time instead); a request whose limits cannot be had
+// is answered 400, never let through.
+func testRequestLimits(t *testing.T, a Adapter) {
+	tiers := map[string]core.Limit{
+		"free": {Algorithm: core.FixedWindow, Rate: 2, Period: time.Hour},
+		"pro":  {Algorithm: core.FixedWindow, Rate: 5, Period: time.Hour},
+	}
+	pick := redlimit.WithRequestLimits(func(r *http.Request) ([]core.Limit, error) {
+		switch plan := r.Header.Get("X-Plan"); plan {
+		case "":
+			return nil, nil // the policy's own
+		case "broken":
+			return []core.Limit{{Rate: 0, Period: time.Hour}}, nil
+		default:
+			l, ok := tiers[plan]
+			if !ok {
+				return nil, fmt.Errorf("no plan %q", plan)
+			}
+			return []core.Limit{l}, nil
+		}
+	})
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerHour(1), []redlimit.Option{redlimit.WithName("plan"), pick}}})
+	free, pro := req{headers: []string{"X-Plan", "free"}}, req{headers: []string{"X-Plan", "pro"}}
+	expect(t, "free", free.send(h), http.StatusOK, "X-RateLimit-Limit", "2", "X-RateLimit-Remaining", "1")
+	expect(t, "free", free.send(h), http.StatusOK, "X-RateLimit-Remaining", "0")
+	expect(t, "free, over", free.send(h), http.StatusTooManyRequests)
+	expect(t, "upgraded: the state is kept", pro.send(h), http.StatusOK, "X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "2")
+	expect(t, "no plan: the policy's own limit", req{remote: "198.51.100.1:1"}.send(h), http.StatusOK, "X-RateLimit-Limit", "1")
+	expect(t, "an unknown plan", req{headers: []string{"X-Plan", "gold"}}.send(h), http.StatusBadRequest)
+	expect(t, "a plan with an invalid limit", req{headers: []string{"X-Plan", "broken"}}.send(h), http.StatusBadRequest)
+}
+
+// testInstancesOneDecision: app instances share a rules table with a
+// catch-all of one algorithm and a route with two limits of others, on
+// every real backend. Exactly the binding limit's allowance is served, the
+// other limits are charged for served requests only, and on a cluster all
+// of one client's state, under every rule and limit, is in one slot.
+func testInstancesOneDecision(t *testing.T, a Adapter) {
+	redistest.Servers(t, func(t *testing.T, newClient func() redis.UniversalClient) {
+		const instances, clients, limit = 4, 8, 20
+		rules := redlimit.Rules{"*": "1000/h fixed_window", "GET /users/*": "20/h, 500/h sliding_log"}
+		prefix := t.Name() + ":"
+		var apps []http.Handler
+		for i := 0; i < instances; i++ {
+			lim := core.New(newClient(), core.WithPrefix(prefix), core.WithTimeout(5*time.Second))
+			apps = append(apps, build(t, a, Spec{Limiter: lim, Rules: rules}))
+		}
+		var ok, denied, other atomic.Int64
+		var wg sync.WaitGroup
+		deadline := time.Now().Add(30 * time.Second)
+		for i := 0; i < instances*clients; i++ {
+			wg.Add(1)
+			go func(app http.Handler) {
+				defer wg.Done()
+				for j := 0; j < 3*limit/clients+1 && time.Now().Before(deadline); j++ {
+					switch (req{path: "/users/1"}).send(app).Code {
+					case http.StatusOK:
+						ok.Add(1)
+					case http.StatusTooManyRequests:
+						denied.Add(1)
+					default:
+						other.Add(1)
+					}
+				}
+			}(apps[i%instances])
+		}
+		wg.Wait()
+		if ok.Load() != limit || other.Load() != 0 || ok.Load()+denied.Load() < 2*limit {
+			t.Fatalf("%d instances: %d served, %d denied, %d other; want exactly %d served and the rest denied",
+				instances, ok.Load(), denied.Load(), other.Load(), limit)
+		}
+		// The catch-all was charged for the served requests only.
+		expect(t, "ping", req{}.send(apps[0]), http.StatusOK, "X-RateLimit-Remaining", fmt.Sprint(1000-limit-1))
+
+		cc, isCluster := newClient().(*redis.ClusterClient)
+		if !isCluster {
+			return
+		}
+		ctx := context.Background()
+		var mu sync.Mutex
+		slots := map[int64][]string{}
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			keys, err := c.Keys(ctx, prefix+"*").Result()
+			for _, k := range keys {
+				slot := cc.ClusterKeySlot(ctx, k).Val()
+				mu.Lock()
+				slots[slot] = append(slots[slot], k)
+				mu.Unlock()
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(slices.Concat(slices.Collect(maps.Values(slots))...)); len(slots) != 1 || n != 3 {
+			t.Fatalf("one client's state is in %d slots, %d keys: %v; want one slot, 3 keys", len(slots), n, slots)
 		}
 	})
 }
