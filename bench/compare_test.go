@@ -25,6 +25,7 @@ import (
 	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
 	"golang.org/x/time/rate"
 
+	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/echolimit"
 	"github.com/redlimit/redlimit/internal/redistest"
@@ -124,7 +125,10 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 
 	e := echo.New()
-	e.Use(echolimit.New(lim, big))
+	// Two policies of one Limiter need names of their own, or they would
+	// share state; this one is named, the net/http one below takes the
+	// default.
+	e.Use(echolimit.New(lim, big, redlimit.WithName("echo")))
 	e.GET("/", echo.WrapHandler(ok))
 	em := echo.New()
 	em.Use(echomw.RateLimiter(echomw.NewRateLimiterMemoryStore(rate.Limit(core.MaxCount))))

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// summary is one row in one cell, medians over the rounds.
+type summary struct {
+	rate, ratio    float64
+	allocsPerOp    float64
+	p50, p99       time.Duration
+	srvUsecPerCall float64 // NaN when no script ran
+	callsPerOp     float64
+	errors         int64
+	warmErrs       int64
+	firstErr       error
+}
+
+// summarize takes the medians of row r's measurements in cell c; ok is
+// false when r did not run there.
+func (rep *report) summarize(r *row, c cell) (s summary, ok bool) {
+	ms := rep.results[r][c]
+	if len(ms) == 0 {
+		return s, false
+	}
+	var rates, allocs, p50s, p99s, srv, calls []float64
+	for _, m := range ms {
+		rates = append(rates, m.rate())
+		ops := float64(max(m.ops, 1))
+		allocs = append(allocs, float64(m.mallocs)/ops)
+		p50s = append(p50s, float64(m.lat.quantile(0.50)))
+		p99s = append(p99s, float64(m.lat.quantile(0.99)))
+		if m.srvCalls >= minCalls {
+			srv = append(srv, m.srvUsec/m.srvCalls)
+		}
+		calls = append(calls, m.srvCalls/ops)
+		s.errors += m.errors
+		s.warmErrs += m.warmErrs
+		if s.firstErr == nil {
+			s.firstErr = m.firstErr
+		}
+	}
+	s.rate, s.ratio = median(rates), median(rep.ratios[r][c])
+	s.allocsPerOp = median(allocs)
+	s.p50, s.p99 = time.Duration(median(p50s)), time.Duration(median(p99s))
+	s.srvUsecPerCall, s.callsPerOp = median(srv), median(calls)
+	return s, true
+}
+
+// minCalls is the fewest script calls whose mean server time is shown:
+// one call descheduled on a busy machine can take milliseconds.
+const minCalls = 100
+
+// median returns the median of xs, NaN when there are none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+// errors returns how many decisions failed or answered wrongly, in all.
+func (rep *report) errors() int64 {
+	var n int64
+	for _, byCell := range rep.results {
+		for _, ms := range byCell {
+			for _, m := range ms {
+				n += m.errors
+			}
+		}
+	}
+	return n
+}
+
+// heading describes the run, line by line.
+func (rep *report) heading() []string {
+	cfg := rep.cfg
+	rounds := "1 round"
+	if cfg.Rounds > 1 {
+		rounds = fmt.Sprintf("%d rounds, medians shown", cfg.Rounds)
+	}
+	return []string{
+		fmt.Sprintf("redis-server %s on %s (loopback; the same machine), %s", rep.redisVersion, rep.addr, machine()),
+		fmt.Sprintf("each row in each cell: %v measured after %v of warm-up; %s; rows run cell by cell, in alternating order; took %v",
+			cfg.Duration, cfg.Warmup, rounds, rep.took.Round(time.Second)),
+		fmt.Sprintf("every row: a fresh go-redis v9 client, PoolSize %d, on a flushed database; its first decision loads its scripts", cfg.poolSize()),
+		fmt.Sprintf("throughput limits never deny: core.Limit{Rate: %d, Period: time.Second} (GCRA), redis_rate Rate=Burst=%d per second, ulule %d per second",
+			never, never, never),
+		"× EVALSHA: decisions/s over the evalsha row's in the same cell and round; allocs/op: runtime.MemStats.Mallocs",
+		"of the whole process per decision; p50, p99: latency of one decision; server µs/call, calls/op: EVALSHA and EVAL",
+		fmt.Sprintf("in INFO commandstats after CONFIG RESETSTAT (µs/call only from %d calls on); errors: failed or wrong answers,", minCalls),
+		fmt.Sprintf("warm-up included (redlimit's decisions time out after core.DefaultTimeout, %v; the peers wait as long as go-redis lets them)", core.DefaultTimeout),
+	}
+}
+
+// legend describes every row that ran.
+func (rep *report) legend() [][2]string {
+	var out [][2]string
+	for _, r := range rep.rows {
+		out = append(out, [2]string{r.name, r.describe(rep.cfg)})
+	}
+	return out
+}
+
+var columns = []string{"keys", "goroutines", "row", "decisions/s", "× EVALSHA", "allocs/op", "p50", "p99", "server µs/call", "calls/op", "errors"}
+
+// tables returns, for each group that ran, its title and its lines of
+// cells: the evalsha reference first in every cell, then the group's rows.
+// When evalsha alone ran, it has a table of its own.
+func (rep *report) tables() (titles []string, tables [][][]string) {
+	alone := len(rep.rows) == 1
+	for _, g := range groups {
+		var lines [][]string
+		for _, c := range rep.cells {
+			rows := []*row{evalshaRow}
+			for _, r := range rowsFor(rep.rows, c) {
+				if r.group == g.name && r != evalshaRow {
+					rows = append(rows, r)
+				}
+			}
+			if len(rows) == 1 && !(alone && g.name == evalshaRow.group) {
+				continue
+			}
+			for _, r := range rows {
+				s, ok := rep.summarize(r, c)
+				if !ok {
+					continue
+				}
+				lines = append(lines, []string{
+					strconv.Itoa(c.keys), strconv.Itoa(c.goroutines), r.name,
+					groupDigits(s.rate), fmtFloat(s.ratio, 2), fmtFloat(s.allocsPerOp, 1),
+					fmtDuration(s.p50), fmtDuration(s.p99),
+					fmtFloat(s.srvUsecPerCall, 2), fmtFloat(s.callsPerOp, 2), strconv.FormatInt(s.errors, 10),
+				})
+			}
+		}
+		if len(lines) > 0 {
+			titles = append(titles, g.title)
+			tables = append(tables, lines)
+		}
+	}
+	return titles, tables
+}
+
+// failures lists the first error of every row and cell that had one.
+func (rep *report) failures() []string {
+	var out []string
+	for _, r := range rep.rows {
+		for _, c := range rep.cells {
+			if s, ok := rep.summarize(r, c); ok && s.errors > 0 {
+				out = append(out, fmt.Sprintf("%s, %d goroutines, %d keys: %d errors (%d during warm-up), first: %v",
+					r.name, c.goroutines, c.keys, s.errors, s.warmErrs, s.firstErr))
+			}
+		}
+	}
+	return out
+}
+
+// writeText prints the report as fixed-width tables.
+func (rep *report) writeText(w io.Writer) {
+	for _, line := range rep.heading() {
+		fmt.Fprintln(w, line)
+	}
+	fmt.Fprintln(w, "\nrows:")
+	for _, l := range rep.legend() {
+		fmt.Fprintf(w, "  %-14s %s\n", l[0], l[1])
+	}
+	titles, tables := rep.tables()
+	for i, lines := range tables {
+		fmt.Fprintf(w, "\n%s\n", titles[i])
+		widths := make([]int, len(columns))
+		for j, h := range columns {
+			widths[j] = runeLen(h)
+		}
+		for _, l := range lines {
+			for j, v := range l {
+				widths[j] = max(widths[j], runeLen(v))
+			}
+		}
+		printLine := func(l []string) {
+			var b strings.Builder
+			for j, v := range l {
+				if j > 0 {
+					b.WriteString("  ")
+				}
+				if j == 2 { // the row name: left-aligned
+					fmt.Fprintf(&b, "%-*s", widths[j], v)
+				} else {
+					fmt.Fprintf(&b, "%*s", widths[j], v)
+				}
+			}
+			fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+		}
+		printLine(columns)
+		prev := ""
+		for _, l := range lines {
+			if cellID := l[0] + "/" + l[1]; prev != "" && cellID != prev {
+				fmt.Fprintln(w)
+			}
+			prev = l[0] + "/" + l[1]
+			printLine(l)
+		}
+	}
+	if f := rep.failures(); len(f) > 0 {
+		fmt.Fprintln(w, "\nerrors:")
+		for _, line := range f {
+			fmt.Fprintln(w, "  "+line)
+		}
+	}
+}
+
+// writeMarkdown prints the report as Markdown tables, for a README.
+func (rep *report) writeMarkdown(w io.Writer) {
+	for _, line := range rep.heading() {
+		fmt.Fprintf(w, "%s  \n", line)
+	}
+	fmt.Fprintln(w)
+	for _, l := range rep.legend() {
+		fmt.Fprintf(w, "- `%s`: %s\n", l[0], l[1])
+	}
+	titles, tables := rep.tables()
+	for i, lines := range tables {
+		fmt.Fprintf(w, "\n### %s\n\n", titles[i])
+		align := slices.Repeat([]string{"---:"}, len(columns))
+		align[2] = ":---" // the row name
+		fmt.Fprintf(w, "| %s |\n|%s|\n", strings.Join(columns, " | "), strings.Join(align, "|"))
+		for _, l := range lines {
+			l = slices.Clone(l)
+			l[2] = "`" + l[2] + "`"
+			fmt.Fprintf(w, "| %s |\n", strings.Join(l, " | "))
+		}
+	}
+	if f := rep.failures(); len(f) > 0 {
+		fmt.Fprintln(w, "\nErrors:")
+		for _, line := range f {
+			fmt.Fprintln(w, "- "+line)
+		}
+	}
+}
+
+func runeLen(s string) int { return len([]rune(s)) }
+
+// fmtFloat prints x with prec decimals, or "-" for NaN.
+func fmtFloat(x float64, prec int) string {
+	if math.IsNaN(x) {
+		return "-"
+	}
+	return strconv.FormatFloat(x, 'f', prec, 64)
+}
+
+// groupDigits prints x rounded to an integer, in groups of three digits.
+func groupDigits(x float64) string {
+	if math.IsNaN(x) {
+		return "-"
+	}
+	s := strconv.FormatInt(int64(math.Round(x)), 10)
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
+			b.WriteByte(' ')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// fmtDuration prints d with three significant digits or so.
+func fmtDuration(d time.Duration) string {
+	us := float64(d) / float64(time.Microsecond)
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Microsecond:
+		return fmt.Sprintf("%dns", d.Nanoseconds())
+	case d < 10*time.Microsecond:
+		return fmt.Sprintf("%.2fµs", us)
+	case d < 100*time.Microsecond:
+		return fmt.Sprintf("%.1fµs", us)
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", us)
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.2fms", us/1000)
+	case d < 100*time.Millisecond:
+		return fmt.Sprintf("%.1fms", us/1000)
+	}
+	return fmt.Sprintf("%.0fms", us/1000)
+}

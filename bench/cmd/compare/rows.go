@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/ulule/limiter/v3"
+	ulstdlib "github.com/ulule/limiter/v3/drivers/middleware/stdlib"
+	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
+
+	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/nethttp"
+)
+
+// row is one limiter, set up one way.
+type row struct {
+	name  string // for -only and the table
+	group string // the table it is printed in
+	// describe says what the row runs, with which options, for the legend.
+	describe func(cfg config) string
+	// setup makes the row's limiter on a fresh client, loads its scripts
+	// with a first decision, and returns the decision to measure.
+	setup func(e *env) (op, error)
+	// want is the answer every measured decision must give.
+	want bool
+	// hotOnly rows run only in cells with one key.
+	hotOnly bool
+}
+
+// group is one table of the report.
+type group struct {
+	name, title string
+}
+
+var groups = []group{
+	{"decide", "One decision (limits never deny)"},
+	{"http", "One request through net/http middleware, ServeHTTP with httptest recorders, no sockets (limits never deny)"},
+	{"denied", "A flood on one key that is already denied (limit 1/h, the first decision took it)"},
+}
+
+func groupNames() []string {
+	names := make([]string, len(groups))
+	for i, g := range groups {
+		names[i] = g.name
+	}
+	return names
+}
+
+func rowNames() []string {
+	names := make([]string, len(allRows))
+	for i, r := range allRows {
+		names[i] = r.name
+	}
+	return names
+}
+
+// The limits of the throughput rows: a billion per second never denies
+// (GCRA's emission interval rounds up to 1 µs, with a burst of a billion).
+const never = core.MaxCount
+
+var (
+	neverLimit  = core.Limit{Rate: never, Period: time.Second}
+	neverRR     = redis_rate.Limit{Rate: never, Burst: never, Period: time.Second}
+	neverUlule  = limiter.Rate{Limit: never, Period: time.Second}
+	deniedLimit = core.PerHour(1)
+)
+
+// evalshaRow is the reference: one round trip and nothing else.
+var evalshaRow = &row{
+	name: "evalsha", group: "decide", want: true,
+	describe: func(config) string {
+		return "bare EVALSHA of `return 1` with one key (go-redis EvalSha): the floor of one round trip; the ratio column is to it"
+	},
+	setup: func(e *env) (op, error) {
+		sha, err := e.rdb.ScriptLoad(e.ctx, "return 1").Result()
+		if err != nil {
+			return nil, err
+		}
+		o := func(ctx context.Context, key int) (bool, error) {
+			return true, e.rdb.EvalSha(ctx, sha, e.keys.evalKeys[key]).Err()
+		}
+		return o, warm(e.ctx, o, true)
+	},
+}
+
+// allRows lists every row in table order.
+var allRows = []*row{
+	evalshaRow,
+	{
+		name: "core", group: "decide", want: true,
+		describe: func(config) string {
+			return fmt.Sprintf("redlimit core.New(rdb).Allow, GCRA; defaults: batching on (WithBatchSize(%d), WithPipelines(%d)), deny cache on",
+				core.DefaultBatchSize, core.DefaultPipelines)
+		},
+		setup: func(e *env) (op, error) { return coreOp(e, neverLimit, true) },
+	},
+	{
+		name: "core-nobatch", group: "decide", want: true,
+		describe: func(cfg config) string {
+			return fmt.Sprintf("redlimit core.New(rdb, WithBatchSize(1), WithPipelines(%d)).Allow, GCRA: one round trip per decision", cfg.poolSize())
+		},
+		setup: func(e *env) (op, error) {
+			return coreOp(e, neverLimit, true, core.WithBatchSize(1), core.WithPipelines(e.poolSize))
+		},
+	},
+	{
+		name: "redis_rate", group: "decide", want: true,
+		describe: func(config) string { return "go-redis/redis_rate v10 Allow, GCRA" },
+		setup: func(e *env) (op, error) {
+			rl := redis_rate.NewLimiter(e.rdb)
+			o := func(ctx context.Context, key int) (bool, error) {
+				res, err := rl.Allow(ctx, e.keys.names[key], neverRR)
+				if err != nil {
+					return false, err
+				}
+				return res.Allowed > 0, nil
+			}
+			return o, warm(e.ctx, o, true)
+		},
+	},
+	{
+		name: "ulule", group: "decide", want: true,
+		describe: func(config) string { return "ulule/limiter v3 Get with its redis store, fixed window" },
+		setup: func(e *env) (op, error) {
+			ul, err := ululeLimiter(e)
+			if err != nil {
+				return nil, err
+			}
+			o := func(ctx context.Context, key int) (bool, error) {
+				c, err := ul.Get(ctx, e.keys.names[key])
+				return !c.Reached, err
+			}
+			return o, warm(e.ctx, o, true)
+		},
+	},
+	{
+		name: "http-redlimit", group: "http", want: true,
+		describe: func(config) string {
+			return "redlimit nethttp.New(core.New(rdb), limit): defaults (key: RemoteAddr; fail open, errors counted here)"
+		},
+		setup: func(e *env) (op, error) {
+			mw := nethttp.New(core.New(e.rdb), neverLimit,
+				redlimit.WithErrorHandler(func(_ *http.Request, err error) { e.errs.add(err) }))
+			return httpOp(e, mw(okHandler))
+		},
+	},
+	{
+		name: "http-ulule", group: "http", want: true,
+		describe: func(config) string {
+			return "ulule/limiter v3 stdlib.NewMiddleware with its redis store: defaults (key: RemoteAddr)"
+		},
+		setup: func(e *env) (op, error) {
+			ul, err := ululeLimiter(e)
+			if err != nil {
+				return nil, err
+			}
+			return httpOp(e, ulstdlib.NewMiddleware(ul).Handler(okHandler))
+		},
+	},
+	{
+		name: "deny-cache", group: "denied", want: false, hotOnly: true,
+		describe: func(config) string {
+			return fmt.Sprintf("redlimit core.New(rdb).Allow: deny cache on (default: %d keys, answers for at most %v)",
+				core.DefaultDenyCacheKeys, core.DefaultDenyCacheMaxAge)
+		},
+		setup: func(e *env) (op, error) { return coreOp(e, deniedLimit, false) },
+	},
+	{
+		name: "deny-nocache", group: "denied", want: false, hotOnly: true,
+		describe: func(config) string {
+			return "redlimit core.New(rdb, WithDenyCache(0)).Allow: every denial asks Redis"
+		},
+		setup: func(e *env) (op, error) { return coreOp(e, deniedLimit, false, core.WithDenyCache(0)) },
+	},
+}
+
+// coreOp makes a core Limiter with opts and returns its decision under
+// limit. For a limit that must deny, the first decision takes the key's
+// only event.
+func coreOp(e *env, limit core.Limit, want bool, opts ...core.Option) (op, error) {
+	lim := core.New(e.rdb, opts...)
+	o := func(ctx context.Context, key int) (bool, error) {
+		res, err := lim.Allow(ctx, e.keys.names[key], limit)
+		return res.Allowed, err
+	}
+	if !want {
+		if err := warm(e.ctx, o, true); err != nil {
+			return nil, err
+		}
+	}
+	return o, warm(e.ctx, o, want)
+}
+
+// ululeLimiter makes a ulule limiter that never denies, on a redis store of
+// e's client (which loads its scripts).
+func ululeLimiter(e *env) (*limiter.Limiter, error) {
+	store, err := ulredis.NewStoreWithOptions(e.rdb, limiter.StoreOptions{Prefix: "ulule"})
+	if err != nil {
+		return nil, err
+	}
+	return limiter.New(store, neverUlule), nil
+}
+
+// okHandler is the application behind the middleware.
+var okHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+
+// httpOp returns a decision through h: one request, answered 200 (allowed)
+// or 429 (denied); any other status is an error.
+func httpOp(e *env, h http.Handler) (op, error) {
+	o := func(_ context.Context, key int) (bool, error) {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, e.keys.requests[key])
+		switch w.Code {
+		case http.StatusOK:
+			return true, nil
+		case http.StatusTooManyRequests:
+			return false, nil
+		}
+		return false, fmt.Errorf("status %d: %s", w.Code, w.Body)
+	}
+	return o, warm(e.ctx, o, true)
+}
+
+// warm makes one decision on the first key, which loads the row's scripts,
+// and checks its answer.
+func warm(ctx context.Context, o op, want bool) error {
+	allowed, err := o(ctx, 0)
+	if err != nil {
+		return err
+	}
+	if allowed != want {
+		return fmt.Errorf("first decision: allowed = %v, want %v", allowed, want)
+	}
+	return nil
+}
