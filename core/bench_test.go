@@ -123,3 +123,63 @@ func serverMicrosPerCall(b *testing.B, rdb *redis.Client, cmd string) float64 {
 	}
 	return s.UsecPerCall
 }
+
+// BenchmarkAllowAll: two limits of different algorithms decided together
+// (one script, one round trip), beside one limit alone and the two decided
+// one after the other. server-us/op is the server's script time per
+// decision, scripts/op the script calls per decision.
+func BenchmarkAllowAll(b *testing.B) {
+	rdb := redistest.Standalone(b).Client(b)
+	ctx := context.Background()
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%d", i)
+	}
+	second := core.Limit{Rate: 1_000_000, Period: time.Second}
+	hour := core.Limit{Algorithm: core.FixedWindow, Rate: 1_000_000_000, Period: time.Hour}
+	for _, c := range []struct {
+		name   string
+		decide func(lim *core.Limiter, key string) error
+	}{
+		{"one_limit", func(lim *core.Limiter, key string) error { _, err := lim.Allow(ctx, key, second); return err }},
+		{"two_limits_AllowAll", func(lim *core.Limiter, key string) error {
+			_, err := lim.AllowAll(ctx, key, []core.Limit{second, hour}, 1)
+			return err
+		}},
+		{"two_limits_one_after_the_other", func(lim *core.Limiter, key string) error {
+			if _, err := lim.Allow(ctx, key, second); err != nil {
+				return err
+			}
+			_, err := lim.Allow(ctx, key, hour)
+			return err
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			lim := core.New(rdb, core.WithPrefix(uniquePrefix()))
+			if err := c.decide(lim, keys[0]); err != nil { // loads the scripts
+				b.Fatal(err)
+			}
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for i := 0; pb.Next(); i++ {
+					if err := c.decide(lim, keys[i%len(keys)]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			stats, err := redistest.CommandStats(ctx, rdb)
+			if err != nil {
+				b.Fatal(err)
+			}
+			calls := stats["evalsha"].Calls + stats["eval"].Calls
+			b.ReportMetric((stats["evalsha"].Usec+stats["eval"].Usec)/float64(b.N), "server-us/op")
+			b.ReportMetric(calls/float64(b.N), "scripts/op")
+		})
+	}
+}

@@ -48,7 +48,12 @@ type denial struct {
 	seq     uint64   // the last reset before the decision was sent
 	keys    []string // one per term
 	terms   []deniedTerm
-	expires time.Time // the first retryAt of a denying term, or sooner by maxAge
+	retryAt time.Time // the first retryAt of a denying term: the answer may change from here on
+	expires time.Time // retryAt, or sooner by maxAge: ask Redis again from here on
+	// refreshing is set for the one caller that asks Redis again once the
+	// entry has expired but not reached retryAt; meanwhile the others keep
+	// the answer, which only another process can have changed.
+	refreshing atomic.Bool
 }
 
 type deniedTerm struct {
@@ -86,14 +91,28 @@ func (c *denyCache) sent() uint64 { return c.seq.Load() }
 // at costs no higher, moments ago and the denial still holds. It fills
 // each (if not nil) and returns the binding result. RetryAfter counts down
 // to the denied costs' instants, so for higher costs it is a lower bound.
-func (c *denyCache) get(id string, keys []string, terms []Term, now time.Time, each []Result) (Result, bool) {
-	d, ok := c.entries.Peek(id)
-	if !ok || !now.Before(d.expires) || len(d.terms) != len(terms) || !c.fresh(d) {
-		return Result{}, false
+//
+// Once an entry is older than maxAge, one caller is sent to Redis to
+// refresh it (refresh is true) while the others keep the answer, for at
+// most another maxAge: a flood on a denied key sends Redis one decision
+// per maxAge, not a burst of every waiting caller. From the entry's
+// retryAt on, every caller asks.
+func (c *denyCache) get(id string, keys []string, terms []Term, now time.Time, each []Result) (res Result, ok, refresh bool) {
+	d, found := c.entries.Peek(id)
+	if !found || !now.Before(d.retryAt) || len(d.terms) != len(terms) || !c.fresh(d) {
+		return Result{}, false, false
 	}
 	for i, t := range d.terms {
 		if keys[i] != d.keys[i] || terms[i].Limit != t.limit || terms[i].N < t.cost {
-			return Result{}, false
+			return Result{}, false, false
+		}
+	}
+	if !now.Before(d.expires) {
+		if !now.Before(d.expires.Add(c.maxAge)) { // the refresh failed: everyone asks
+			return Result{}, false, false
+		}
+		if d.refreshing.CompareAndSwap(false, true) {
+			return Result{}, false, true
 		}
 	}
 	var buf [MaxTerms]Result
@@ -106,9 +125,9 @@ func (c *denyCache) get(id string, keys []string, terms []Term, now time.Time, e
 		}
 	}
 	copy(each, results)
-	res := Binding(results)
+	res = Binding(results)
 	res.Cached = true
-	return res, true
+	return res, true, false
 }
 
 // fresh reports whether no key of d has been reset since d was sent.
@@ -132,19 +151,23 @@ func (c *denyCache) fresh(d *denial) bool {
 // later than Redis's) after reset number seq, with results.
 func (c *denyCache) add(id string, keys []string, terms []Term, sent time.Time, seq uint64, results []Result) {
 	d := &denial{seq: seq, keys: append([]string(nil), keys...), terms: make([]deniedTerm, len(terms)),
-		expires: sent.Add(c.maxAge)}
+		retryAt: sent.Add(InfDuration / 2)}
 	for i, r := range results {
 		if !r.Allowed {
 			if r.RetryAfter <= 0 || r.RetryAfter == InfDuration {
 				return // nothing to wait for, or never: not worth remembering
 			}
-			d.expires = minTime(d.expires, sent.Add(r.RetryAfter))
+			d.retryAt = minTime(d.retryAt, sent.Add(r.RetryAfter))
 		}
 		d.terms[i] = deniedTerm{limit: terms[i].Limit, cost: terms[i].N, allowed: r.Allowed,
 			remaining: r.Remaining, retryAt: sent.Add(r.RetryAfter), resetAt: sent.Add(r.ResetAfter)}
 	}
+	d.expires = minTime(d.retryAt, sent.Add(c.maxAge))
 	c.entries.Add(id, d)
 }
+
+// forget drops the entry of id: a refresh found the decision allowed.
+func (c *denyCache) forget(id string) { c.entries.Remove(id) }
 
 // reset records a reset of key: every entry holding it that was sent
 // before is stale from now on.

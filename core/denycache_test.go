@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -355,4 +356,124 @@ func TestDenyCacheResetInFlight(t *testing.T) {
 		}
 		afterReset(t, lim)
 	})
+}
+
+// TestDenyCacheRefresh: past the max age, one caller refreshes a denial
+// while every other keeps the cached answer, so a flood on a denied key
+// sends Redis one decision per max age, not one per waiting caller. A
+// refresh that finds the key allowed drops the entry; one that fails
+// leaves it to everyone again after another max age.
+func TestDenyCacheRefresh(t *testing.T) {
+	t.Parallel()
+	l := core.PerHour(1)
+	ctx := context.Background()
+	m := miniredis.RunT(t)
+	hook := newHoldHook(true, isDecision)
+	armed := make(chan struct{})
+	held := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { held.Close() })
+	trips := &roundTrips{}
+	held.AddHook(trips)
+	held.AddHook(&gate{armed: armed, next: hook})
+	clock := &fakeClock{now: t0}
+	lim := core.New(held, patient, core.WithClock(clock.Now), core.WithTimeout(time.Second))
+	allowN(t, lim, "k", l, 1)
+	check(t, "denied", allowN(t, lim, "k", l, 1), false, 0)
+
+	// Past the max age: the first caller refreshes (its reply held), the
+	// flood keeps the cached answer.
+	clock.Advance(core.DefaultDenyCacheMaxAge)
+	trips.reset()
+	close(armed)
+	refreshed := make(chan core.Result)
+	go func() {
+		res, _ := lim.Allow(ctx, "k", l)
+		refreshed <- res
+	}()
+	<-hook.reached
+	for i := 0; i < 50; i++ {
+		if res := allowN(t, lim, "k", l, 1); !res.Cached || res.Allowed {
+			t.Fatalf("request %d while the refresh is in flight: %+v, want the cached denial", i, res)
+		}
+	}
+	if n := trips.singles.Load() + trips.piped.Load(); n != 1 {
+		t.Fatalf("%d decisions reached Redis during the flood, want the one refresh", n)
+	}
+	close(hook.release)
+	if res := <-refreshed; res.Allowed || res.Cached {
+		t.Fatalf("the refresh: %+v, want Redis's denial", res)
+	}
+	if res := allowN(t, lim, "k", l, 1); !res.Cached {
+		t.Fatalf("after the refresh: %+v, want the renewed cached denial", res)
+	}
+
+	// Reset elsewhere: the next refresh finds the key allowed and drops the
+	// entry, so nobody keeps the stale denial.
+	other := core.New(redis.NewClient(&redis.Options{Addr: m.Addr()}), patient)
+	if err := other.Reset(ctx, "k", l); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(core.DefaultDenyCacheMaxAge)
+	if res := allowN(t, lim, "k", l, 1); !res.Allowed {
+		t.Fatalf("the refresh after a Reset elsewhere: %+v, want allowed", res)
+	}
+	if res := allowN(t, lim, "k", l, 1); res.Cached || res.Allowed {
+		t.Fatalf("after the refresh was allowed: %+v, want a fresh denial from Redis", res)
+	}
+}
+
+// gate passes commands straight on until armed is closed, then through
+// next's ProcessHook.
+type gate struct {
+	armed chan struct{}
+	next  redis.Hook
+}
+
+func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	held := g.next.ProcessHook(next)
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		select {
+		case <-g.armed:
+			return held(ctx, cmd)
+		default:
+			return next(ctx, cmd)
+		}
+	}
+}
+
+// TestDenyCacheRefreshFails: a refresh that fails (here, times out) keeps
+// the cached denial for the others at most one more max age; then every
+// caller asks Redis.
+func TestDenyCacheRefreshFails(t *testing.T) {
+	t.Parallel()
+	l := core.PerHour(1)
+	ctx := context.Background()
+	m := miniredis.RunT(t)
+	hook := newHoldHook(true, isDecision)
+	armed := make(chan struct{})
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	rdb.AddHook(&gate{armed: armed, next: hook})
+	t.Cleanup(func() { close(hook.release) })
+	clock := &fakeClock{now: t0}
+	lim := core.New(rdb, core.WithClock(clock.Now), core.WithTimeout(50*time.Millisecond), core.WithBreaker(0))
+	allowN(t, lim, "k", l, 1)
+	check(t, "denied", allowN(t, lim, "k", l, 1), false, 0)
+	clock.Advance(core.DefaultDenyCacheMaxAge)
+	close(armed)
+	if _, err := lim.Allow(ctx, "k", l); !errors.Is(err, core.ErrTimeout) {
+		t.Fatalf("the held refresh: %v, want a timeout", err)
+	}
+	clock.Advance(core.DefaultDenyCacheMaxAge - time.Microsecond)
+	if res := allowN(t, lim, "k", l, 1); !res.Cached {
+		t.Fatalf("within a max age of the failed refresh: %+v, want the cached denial", res)
+	}
+	clock.Advance(time.Microsecond)
+	if res := allowN(t, lim, "k", l, 1); res.Cached {
+		t.Fatalf("a max age after the failed refresh: %+v, want Redis's answer", res)
+	}
 }

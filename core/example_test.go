@@ -65,6 +65,42 @@ func ExampleLimiter_AllowN() {
 	// n=11 allowed=false remaining=2 retry-after=2562047h47m16.854775807s
 }
 
+func ExampleLimiter_AllowAll() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	now := t0 // a clock the example moves a second per request
+	lim := core.New(rdb, core.WithClock(func() time.Time { return now }))
+
+	// Bursts of up to 3 a second, and at most 5 a day: one decision, one
+	// round trip. A request either limit denies is charged to neither.
+	limits, err := core.ParseLimits("3/s, 5/24h fixed_window")
+	if err != nil {
+		panic(err)
+	}
+	for i := 0; i < 4; i++ {
+		res, _ := lim.AllowAll(context.Background(), "user:42", limits, 2)
+		fmt.Printf("allowed=%-5v binding=%-18v remaining=%d retry-after=%v\n", res.Allowed, res.Limit, res.Remaining, res.RetryAfter)
+		now = now.Add(time.Second)
+	}
+	// Output:
+	// allowed=true  binding=3/s                remaining=1 retry-after=0s
+	// allowed=true  binding=3/s                remaining=1 retry-after=0s
+	// allowed=false binding=5/24h fixed_window remaining=1 retry-after=23h59m58s
+	// allowed=false binding=5/24h fixed_window remaining=1 retry-after=23h59m57s
+}
+
+func ExampleParseLimits() {
+	limits, err := core.ParseLimits("10/s, 1000/h fixed_window")
+	fmt.Println(limits, err)
+	fmt.Println(core.FormatLimits(limits))
+	_, err = core.ParseLimits("10/s, 20/s") // one state for both: which would count?
+	fmt.Println(err)
+	// Output:
+	// [10/s 1000/h fixed_window] <nil>
+	// 10/s, 1000/h fixed_window
+	// "10/s, 20/s": redlimit: invalid limit: 10/s and 20/s on one key would share state; give them different periods or algorithms (or scopes)
+}
+
 func ExampleParseLimit() {
 	for _, s := range []string{"100/m", "5/10s", "20/s token_bucket burst=40", "0/s", "5/10"} {
 		l, err := core.ParseLimit(s)

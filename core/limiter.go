@@ -144,8 +144,9 @@ type Option func(*Limiter)
 
 // WithPrefix sets the string every Redis key starts with. The default is
 // DefaultPrefix ("redlimit:"); "" means no prefix. Limiters with different
-// prefixes never share state. Braces in it are written %7B and %7D, so
-// that they cannot move the Cluster hash tag off the key.
+// prefixes never share state. Braces (and then '%') in it are written as
+// %7B, %7D (and %25), so that they cannot move the Cluster hash tag off the
+// key.
 func WithPrefix(prefix string) Option {
 	return func(l *Limiter) { l.prefix = prefix }
 }
@@ -263,7 +264,9 @@ func New(rdb redis.Scripter, opts ...Option) *Limiter {
 	if l.log == nil {
 		l.log = slog.Default()
 	}
-	l.prefix = strings.NewReplacer("{", "%7B", "}", "%7D").Replace(l.prefix)
+	if strings.ContainsAny(l.prefix, "{}") {
+		l.prefix = escape(l.prefix, "{}")
+	}
 	l.breaker.log = l.log
 	l.engine = newEngine(rdb, l.batch, l.pipelines)
 	if l.denyKeys > 0 && l.denyMaxAge > 0 {
@@ -403,12 +406,15 @@ func (l *Limiter) decide(ctx context.Context, id string, terms []Term, timeout t
 	now := l.now()
 	var cacheID string
 	var seq uint64
+	refresh := false // this decision refreshes a cached denial
 	if l.deny != nil && !never {
 		cacheID = keys[0]
 		if len(keys) > 1 {
 			cacheID = strings.Join(keys, "\x00")
 		}
-		if res, ok := l.deny.get(cacheID, keys, terms, now, each); ok {
+		var res Result
+		var ok bool
+		if res, ok, refresh = l.deny.get(cacheID, keys, terms, now, each); ok {
 			return res, nil
 		}
 		seq = l.deny.sent()
@@ -436,7 +442,10 @@ func (l *Limiter) decide(ctx context.Context, id string, terms []Term, timeout t
 	}
 	reply, err := l.run(ctx, c, timeout, 1+decisionWidth*len(terms))
 	if err != nil {
-		return Result{}, fmt.Errorf("redlimit: %s decision for %q: %w", algorithmsOf(infos), id, err)
+		// A copy of id: were id itself to reach the heap, so would the
+		// Request holding it, Terms included (escape analysis does not
+		// tell fields apart), costing callers an allocation per decision.
+		return Result{}, fmt.Errorf("redlimit: %s decision for %q: %w", algorithmsOf(infos), strings.Clone(id), err)
 	}
 
 	var buf [MaxTerms]Result
@@ -457,8 +466,11 @@ func (l *Limiter) decide(ctx context.Context, id string, terms []Term, timeout t
 	}
 	copy(each, results)
 	res := Binding(results)
-	if !res.Allowed && l.deny != nil && !never {
+	switch {
+	case !res.Allowed && l.deny != nil && !never:
 		l.deny.add(cacheID, keys, terms, now, seq, results)
+	case refresh: // allowed after all: another process reset or raised a limit
+		l.deny.forget(cacheID)
 	}
 	return res, nil
 }
@@ -595,21 +607,32 @@ func (l *Limiter) checkID(id string) error {
 // and distinct ids or scopes never share a key.
 func (l *Limiter) key(scope, id string, info *limitInfo) string {
 	if strings.ContainsAny(id, "%}") {
-		id = idEscaper.Replace(id)
+		id = escape(id, "}")
 	}
 	if scope != "" {
 		if strings.ContainsAny(scope, "%{}") {
-			scope = scopeEscaper.Replace(scope)
+			scope = escape(scope, "{}")
 		}
 		return l.prefix + scope + ":{" + id + "}" + info.tail + l.instance
 	}
 	return l.prefix + "{" + id + "}" + info.tail + l.instance
 }
 
-var (
-	idEscaper    = strings.NewReplacer("%", "%25", "}", "%7D")
-	scopeEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
-)
+// escape returns a copy of s with '%' and the bytes of special written as
+// %XX. It always copies, so that s need not reach the heap.
+func escape(s, special string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '%' || strings.IndexByte(special, c) >= 0 {
+			b.Write([]byte{'%', hex[c>>4], hex[c&15]})
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
 
 // maxCachedLimits bounds the limits whose checks and arguments a Limiter
 // keeps.

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -46,6 +48,51 @@ func ExampleNew() {
 	// GET /hello 200 1
 	// GET /hello 200 0
 	// GET /hello 429 0
+}
+
+func Example_withAlso() {
+	lim, stop := embeddedLimiter()
+	defer stop()
+
+	// 2 a minute for bursts, and 3 an hour as a quota, for the same key, in
+	// one decision: a request either limit denies is charged to neither.
+	hourly := core.Limit{Algorithm: core.FixedWindow, Rate: 3, Period: time.Hour}
+	api := nethttp.New(lim, core.PerMinute(2), redlimit.WithName("api"), redlimit.WithAlso(hourly),
+		redlimit.WithHeaders(redlimit.HeadersDraft))
+	app := api(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for i := 0; i < 3; i++ {
+		w := httptest.NewRecorder()
+		app.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"), "|", strings.Join(w.Header().Values("RateLimit"), ", "))
+	}
+	// Output:
+	// 200 "api";q=2;w=60 | "api";r=1;t=30, "api-1h";r=2;t=3600
+	// 200 "api";q=2;w=60 | "api";r=0;t=60, "api-1h";r=1;t=3600
+	// 429 "api";q=2;w=60 | "api";r=0;t=60, "api-1h";r=1;t=3600
+}
+
+func ExampleRules_catchAll() {
+	lim, stop := embeddedLimiter()
+	defer stop()
+
+	// "*" applies to every request, decided together with the rule that
+	// matches: a login the route denies is not charged to "*" either.
+	rules := redlimit.Rules{"*": "3/m", "POST /login": "1/m"}
+	limits, err := nethttp.Rules(lim, rules)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	app := limits(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	get(app, "POST", "/login")
+	get(app, "POST", "/login")
+	get(app, "POST", "/login")
+	get(app, "GET", "/elsewhere") // "*" alone: 2 of its 3 left
+	// Output:
+	// POST /login 200 0
+	// POST /login 429 0
+	// POST /login 429 0
+	// GET /elsewhere 200 1
 }
 
 func ExampleRules() {

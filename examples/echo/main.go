@@ -22,8 +22,10 @@ import (
 func newApp(lim *core.Limiter) http.Handler {
 	e := echo.New()
 	e.HideBanner = true
-	// 10 requests per second per client address, bursts up to 10.
-	e.Use(echolimit.New(lim, core.PerSecond(10), redlimit.WithName("api")))
+	// Per client address: 10 requests a second (bursts up to 10) and,
+	// decided together with it, a quota of 1000 an hour. A request either
+	// limit denies is charged to neither.
+	e.Use(echolimit.New(lim, core.PerSecond(10), redlimit.WithName("api"), redlimit.WithAlso(hourly)))
 	e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello\n") })
 	// Password guessing: 3 attempts a minute, counted exactly.
 	login := core.Limit{Algorithm: core.SlidingLog, Rate: 3, Period: time.Minute}
@@ -31,5 +33,8 @@ func newApp(lim *core.Limiter) http.Handler {
 		echolimit.New(lim, login, redlimit.WithName("login")))
 	return e
 }
+
+// hourly is the API's quota: 1000 requests an hour, in fixed windows.
+var hourly = core.Limit{Algorithm: core.FixedWindow, Rate: 1000, Period: time.Hour}
 
 func main() { run.Serve("echo", newApp) }

@@ -22,8 +22,10 @@ import (
 func newApp(lim *core.Limiter) http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	// 10 requests per second per client address, bursts up to 10.
-	r.Use(ginlimit.New(lim, core.PerSecond(10), redlimit.WithName("api")))
+	// Per client address: 10 requests a second (bursts up to 10) and,
+	// decided together with it, a quota of 1000 an hour. A request either
+	// limit denies is charged to neither.
+	r.Use(ginlimit.New(lim, core.PerSecond(10), redlimit.WithName("api"), redlimit.WithAlso(hourly)))
 	r.GET("/hello", func(c *gin.Context) { c.String(http.StatusOK, "hello\n") })
 	// Password guessing: 3 attempts a minute, counted exactly.
 	login := core.Limit{Algorithm: core.SlidingLog, Rate: 3, Period: time.Minute}
@@ -32,5 +34,8 @@ func newApp(lim *core.Limiter) http.Handler {
 	})
 	return r
 }
+
+// hourly is the API's quota: 1000 requests an hour, in fixed windows.
+var hourly = core.Limit{Algorithm: core.FixedWindow, Rate: 1000, Period: time.Hour}
 
 func main() { run.Serve("gin", newApp) }

@@ -19,8 +19,10 @@ import (
 // newApp builds the API. lim decides; every app instance sharing the Redis
 // shares these limits.
 func newApp(lim *core.Limiter) http.Handler {
-	// 10 requests per second per client address, bursts up to 10, for every route.
-	api := nethttp.New(lim, core.PerSecond(10), redlimit.WithName("api"))
+	// Per client address, on every route: 10 requests a second (bursts up
+	// to 10) and, decided together with it, a quota of 1000 an hour. A
+	// request either limit denies is charged to neither.
+	api := nethttp.New(lim, core.PerSecond(10), redlimit.WithName("api"), redlimit.WithAlso(hourly))
 	// Password guessing: 3 attempts a minute, counted exactly.
 	login := nethttp.New(lim, core.Limit{Algorithm: core.SlidingLog, Rate: 3, Period: time.Minute},
 		redlimit.WithName("login"))
@@ -34,5 +36,8 @@ func newApp(lim *core.Limiter) http.Handler {
 	}))))
 	return mux
 }
+
+// hourly is the API's quota: 1000 requests an hour, in fixed windows.
+var hourly = core.Limit{Algorithm: core.FixedWindow, Rate: 1000, Period: time.Hour}
 
 func main() { run.Serve("net/http", newApp) }

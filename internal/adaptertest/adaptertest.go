@@ -773,10 +773,10 @@ func Bench(b *testing.B, a Adapter) {
 		spec Spec
 	}{
 		{"bare", Spec{Limiter: lim}},
-		{"limited", Spec{Limiter: lim, Global: &Mw{Limit: limit}}},
+		{"limited", Spec{Limiter: lim, Global: &Mw{limit, []redlimit.Option{redlimit.WithName("bench")}}}},
 	} {
+		h := build(b, a, c.spec) // once: b.Run calls its function more than once
 		b.Run(c.name, func(b *testing.B) {
-			h := build(b, a, c.spec)
 			r := httptest.NewRequest(http.MethodGet, "/users/1", nil)
 			r.RemoteAddr = "203.0.113.7:40000"
 			w := &discard{header: http.Header{}}

@@ -57,8 +57,9 @@ func Serve(framework string, newApp func(*core.Limiter) http.Handler) {
 	log.Fatal(http.ListenAndServe(addr, newApp(core.New(rdb))))
 }
 
-// Check is the examples' test: /hello answers with rate-limit headers, and
-// the fourth login attempt within a minute is refused with Retry-After.
+// Check is the examples' test: /hello answers with rate-limit headers and
+// is denied past 10 a second, and the fourth login attempt within a minute
+// is refused with Retry-After.
 func Check(t *testing.T, newApp func(*core.Limiter) http.Handler) {
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
@@ -66,13 +67,24 @@ func Check(t *testing.T, newApp func(*core.Limiter) http.Handler) {
 	app := newApp(core.New(rdb))
 	send := func(method, path string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(method, path, nil)
+		if method == http.MethodGet {
+			r.RemoteAddr = "198.51.100.9:4000" // another client than the logins'
+		}
 		w := httptest.NewRecorder()
 		app.ServeHTTP(w, r)
 		return w
 	}
 	w := send(http.MethodGet, "/hello")
+	// The binding limit of the two is the one with fewer left: 10/s.
 	if w.Code != http.StatusOK || w.Header().Get("X-RateLimit-Limit") != "10" || w.Header().Get("X-RateLimit-Remaining") != "9" {
 		t.Fatalf("GET /hello: %d %v", w.Code, w.Header())
+	}
+	for i := 0; i < 9; i++ {
+		send(http.MethodGet, "/hello")
+	}
+	// The second's ten are spent.
+	if w := send(http.MethodGet, "/hello"); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("11th GET /hello in a second: %d, want 429", w.Code)
 	}
 	for i := 1; i <= 3; i++ {
 		if w := send(http.MethodPost, "/login"); w.Code != http.StatusOK {
