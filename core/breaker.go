@@ -111,6 +111,12 @@ func (b *breaker) failure(now time.Time, probe bool, err error) {
 		"probe_every", BreakerProbeInterval, "error", err)
 }
 
+// BreakerOpen reports whether the Limiter's breaker is open: Redis kept
+// failing, and decisions fail at once with ErrUnavailable but for one probe
+// now and then (see WithBreaker). It is cheap and safe for concurrent use,
+// for metrics.
+func (l *Limiter) BreakerOpen() bool { return l.breaker.open.Load() }
+
 // release ends a probe that proved nothing (its caller left).
 func (b *breaker) release(probe bool) {
 	if !probe {

@@ -57,11 +57,11 @@ type denial struct {
 }
 
 type deniedTerm struct {
-	limit            Limit
-	cost             int
-	allowed          bool
-	remaining        int
-	retryAt, resetAt time.Time
+	limit                    Limit
+	cost                     int
+	allowed                  bool
+	remaining                int
+	retryAt, resetAt, nextAt time.Time
 }
 
 func newDenyCache(keys int, maxAge time.Duration) *denyCache {
@@ -119,7 +119,7 @@ func (c *denyCache) get(id string, keys []string, terms []Term, now time.Time, e
 	results := buf[:len(terms)]
 	for i, t := range d.terms {
 		results[i] = Result{Limit: t.limit, Allowed: t.allowed, Remaining: t.remaining,
-			ResetAfter: max(0, t.resetAt.Sub(now)), Cached: true}
+			ResetAfter: max(0, t.resetAt.Sub(now)), NextAfter: max(0, t.nextAt.Sub(now)), Cached: true}
 		if !t.allowed {
 			results[i].RetryAfter = t.retryAt.Sub(now)
 		}
@@ -160,7 +160,8 @@ func (c *denyCache) add(id string, keys []string, terms []Term, sent time.Time, 
 			d.retryAt = minTime(d.retryAt, sent.Add(r.RetryAfter))
 		}
 		d.terms[i] = deniedTerm{limit: terms[i].Limit, cost: terms[i].N, allowed: r.Allowed,
-			remaining: r.Remaining, retryAt: sent.Add(r.RetryAfter), resetAt: sent.Add(r.ResetAfter)}
+			remaining: r.Remaining, retryAt: sent.Add(r.RetryAfter), resetAt: sent.Add(r.ResetAfter),
+			nextAt: sent.Add(r.NextAfter)}
 	}
 	d.expires = minTime(d.retryAt, sent.Add(c.maxAge))
 	c.entries.Add(id, d)

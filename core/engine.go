@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -376,11 +375,4 @@ func (e *engine) evalScripter(ctx context.Context, c *call) ([]int64, error) {
 		reply[i] = n
 	}
 	return reply, nil
-}
-
-// isRedisReply reports whether err is an error reply from Redis rather than
-// a failure to reach it.
-func isRedisReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re)
 }

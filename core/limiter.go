@@ -17,7 +17,9 @@ import (
 // not store: empty, or longer than MaxKeyLen bytes.
 var ErrInvalidKey = errors.New("redlimit: invalid key")
 
-// ErrInvalidCost is wrapped by the error AllowN returns for a negative n.
+// ErrInvalidCost is wrapped by the error AllowN returns for a negative n,
+// and by the error WaitN returns at once for an n above the limit's burst,
+// which no wait can admit.
 var ErrInvalidCost = errors.New("redlimit: invalid cost")
 
 // ErrTimeout is wrapped by the error of a decision that got no answer from
@@ -64,6 +66,12 @@ type Result struct {
 	// ResetAfter is the time until the key is back to its full allowance,
 	// absent other traffic; 0 when it is full now.
 	ResetAfter time.Duration
+	// NextAfter is the time until one more event is allowed (Remaining
+	// grows by one), absent other traffic; 0 when Remaining is already the
+	// limit's capacity. It is at most ResetAfter, and when denied at most
+	// RetryAfter: what the IETF draft's RateLimit field calls the time until
+	// additional quota is available.
+	NextAfter time.Duration
 	// Delay is how long an allowed event must wait before it is served: the
 	// place in the queue of a LeakyBucket with Shape. It is 0 for every
 	// other limit, for denied events and for n = 0. Callers that shape
@@ -370,7 +378,7 @@ func (l *Limiter) DecideEach(ctx context.Context, req Request, each []Result) (R
 }
 
 // decisionWidth is how many integers a decision script replies per term.
-const decisionWidth = 5
+const decisionWidth = 6
 
 // decide checks the terms, answers from the deny cache or asks Redis, and
 // returns the binding result (and each term's in each, if not nil).
@@ -459,6 +467,7 @@ func (l *Limiter) decide(ctx context.Context, id string, terms []Term, timeout t
 			RetryAfter: time.Duration(r[2]) * time.Microsecond,
 			ResetAfter: time.Duration(r[3]) * time.Microsecond,
 			Delay:      time.Duration(r[4]) * time.Microsecond,
+			NextAfter:  time.Duration(r[5]) * time.Microsecond,
 		}
 		if t.N > infos[i].capacity {
 			results[i].Allowed, results[i].RetryAfter = false, InfDuration

@@ -293,6 +293,7 @@ var suiteCases = []struct {
 }{
 	{"CountdownAndDeny", testCountdownAndDeny},
 	{"RetryAfterPromise", testRetryAfterPromise},
+	{"NextAfterPromise", testNextAfterPromise},
 	{"Refill", testRefill},
 	{"ResetAfter", testResetAfter},
 	{"TTL", testTTL},
@@ -399,6 +400,39 @@ func testRetryAfterPromise(t *testing.T, w *world, a suiteAlgorithm) {
 		w.advance(time.Microsecond)
 		if res := allowN(t, lim, key, l, cost); !res.Allowed {
 			t.Fatalf("cost %d: denied right after RetryAfter %v: %+v", cost, denied.RetryAfter, res)
+		}
+	}
+}
+
+// testNextAfterPromise: NextAfter is 0 on a full key; else one microsecond
+// before it Remaining has not grown, and at it, it has. A denial's
+// NextAfter is no later than its RetryAfter (equal for a cost of 1).
+func testNextAfterPromise(t *testing.T, w *world, a suiteAlgorithm) {
+	lim, l := w.decider(), a.limit
+	if res := allowN(t, lim, "k", l, 0); res.NextAfter != 0 {
+		t.Fatalf("a full key: NextAfter %v, want 0", res.NextAfter)
+	}
+	used := allowN(t, lim, "k", l, 3)
+	if used.NextAfter <= 0 || used.NextAfter > used.ResetAfter {
+		t.Fatalf("3 used: NextAfter %v, want in (0, ResetAfter %v]", used.NextAfter, used.ResetAfter)
+	}
+	w.advance(used.NextAfter - time.Microsecond)
+	if res := allowN(t, lim, "k", l, 0); res.Remaining != used.Remaining {
+		t.Fatalf("%v before NextAfter %v: Remaining %d, want still %d", time.Microsecond, used.NextAfter, res.Remaining, used.Remaining)
+	}
+	w.advance(time.Microsecond)
+	if res := allowN(t, lim, "k", l, 0); res.Remaining <= used.Remaining {
+		t.Fatalf("at NextAfter %v: Remaining %d, want more than %d", used.NextAfter, res.Remaining, used.Remaining)
+	}
+
+	drain(t, lim, "j", l)
+	for _, cost := range []int{1, 3} {
+		res := allowN(t, lim, "j", l, cost)
+		switch {
+		case res.Allowed || res.NextAfter <= 0 || res.NextAfter > res.RetryAfter:
+			t.Fatalf("denied at cost %d: %+v, want 0 < NextAfter <= RetryAfter", cost, res)
+		case cost == 1 && res.NextAfter != res.RetryAfter:
+			t.Fatalf("denied at cost 1: NextAfter %v, RetryAfter %v: want them equal", res.NextAfter, res.RetryAfter)
 		}
 	}
 }

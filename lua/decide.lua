@@ -3,12 +3,12 @@
 --
 -- KEYS, ARGV as in prelude.lua.
 -- Reply {allowed, then per limit: allowed, remaining, retry_after,
---       reset_after, delay}. When a limit denies, the limits that would
+--       reset_after, delay, next}. When a limit denies, the limits that would
 --       have allowed report their state as it stays: as for cost 0.
 if #KEYS == 1 then -- one limit: decide and store in one pass
   local cost = tonumber(ARGV[2])
-  local allowed, remaining, retry, reset, delay = algorithms[ARGV[3]].decide(KEYS[1], cost, 4, cost > 0)
-  return {allowed, allowed, remaining, retry, reset, delay}
+  local allowed, remaining, retry, reset, delay, next = algorithms[ARGV[3]].decide(KEYS[1], cost, 4, cost > 0)
+  return {allowed, allowed, remaining, retry, reset, delay, next}
 end
 
 -- Several: decide each without storing. Only if all allow, decide each
@@ -17,19 +17,21 @@ local reply, starts, denied = {1}, {}, false
 local at = 2
 for i = 1, #KEYS do
   local cost, alg = tonumber(ARGV[at]), algorithms[ARGV[at + 1]]
-  local allowed, remaining, retry, reset, delay = alg.decide(KEYS[i], cost, at + 2, false)
+  local allowed, remaining, retry, reset, delay, next = alg.decide(KEYS[i], cost, at + 2, false)
   denied = denied or allowed == 0
   local r = #reply
-  reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] = allowed, remaining, retry, reset, delay
+  reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
+    allowed, remaining, retry, reset, delay, next
   starts[i] = at
   at = at + 2 + alg.args
 end
 for i = 1, #KEYS do
-  local cost, alg, r = tonumber(ARGV[starts[i]]), algorithms[ARGV[starts[i] + 1]], 2 + (i - 1) * 5
+  local cost, alg, r = tonumber(ARGV[starts[i]]), algorithms[ARGV[starts[i] + 1]], 2 + (i - 1) * 6
   if not denied and cost > 0 then
     alg.decide(KEYS[i], cost, starts[i] + 2, true)
   elseif denied and cost > 0 and reply[r] == 1 then -- report the state it keeps
-    reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = alg.decide(KEYS[i], 0, starts[i] + 2, false)
+    reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] =
+      alg.decide(KEYS[i], 0, starts[i] + 2, false)
   end
 end
 if denied then reply[1] = 0 end

@@ -5,7 +5,7 @@
 --         the same as no key: the full burst is available.
 -- ARGV    interval: microseconds between events, period / rate rounded up;
 --         burst
--- Reply   allowed, remaining, retry_after, reset_after, 0
+-- Reply   allowed, remaining, retry_after, reset_after, 0, next
 --
 -- Events are spaced `interval` apart; the TAT may run ahead of now by at
 -- most burst * interval.
@@ -17,11 +17,19 @@ algorithms.gcra = {args = 2, decide = function(key, cost, at, commit)
 
   local new_tat = tat + cost * interval
   local allow_at = new_tat - span
+  -- next: µs until one more event fits, given the TAT `t` and `left` fit now
+  local function next(t, left)
+    if left >= burst then return 0 end
+    return t - now - (burst - left - 1) * interval
+  end
+
   if now < allow_at then
-    return 0, math.max(0, math.floor((now + span - tat) / interval)), allow_at - now, tat - now, 0
+    local left = math.max(0, math.floor((now + span - tat) / interval))
+    return 0, left, allow_at - now, tat - now, 0, next(tat, left)
   end
   if commit then
     redis.call('SET', key, new_tat, 'PX', math.max(1, math.ceil((new_tat - now) / 1000)))
   end
-  return 1, math.floor((now + span - new_tat) / interval), 0, new_tat - now, 0
+  local left = math.floor((now + span - new_tat) / interval)
+  return 1, left, 0, new_tat - now, 0, next(new_tat, left)
 end}

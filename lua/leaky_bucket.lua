@@ -9,7 +9,7 @@
 --         in exact units as the token bucket's credit. No key: empty.
 -- ARGV    unit, drip: as the token bucket's; burst; shape only: max_delay
 --         in microseconds, 0 for none
--- Reply   allowed, remaining, retry_after, reset_after, delay
+-- Reply   allowed, remaining, retry_after, reset_after, delay, next
 local function leak(key, cost, commit, unit, drip, burst, max_delay)
   local full = burst * unit
   local state = redis.call('HMGET', key, 'l', 't', 'u')
@@ -28,24 +28,34 @@ local function leak(key, cost, commit, unit, drip, burst, max_delay)
     end
   end
 
-  -- room: how many events fit now, and after how long `cost` would fit.
-  local room = math.floor((full - level) / unit)
-  local wait = math.ceil(math.max(0, level + cost * unit - full) / drip)
+  -- room: how many events fit at `l`; below: µs until the level is at
+  -- most `to`.
+  local cap = max_delay and max_delay > 0 and max_delay * drip -- the deepest level a new event may join
+  local function room(l)
+    local r = math.floor((full - l) / unit)
+    if cap then r = math.min(r, l <= cap and math.floor((cap - l) / unit) + 1 or 0) end
+    return r
+  end
+  local function below(l, to) return math.max(0, math.ceil((l - to) / drip)) end
+  -- next: µs until one more event fits at level l, which fits r
+  local function next(l, r)
+    if r >= burst then return 0 end
+    local t = below(l, full - (r + 1) * unit)
+    if cap then t = math.max(t, below(l, cap - r * unit)) end
+    return t
+  end
+
+  -- after how long `cost` would fit
+  local wait = below(level + cost * unit, full)
   local delay = 0
   if max_delay then
     delay = math.ceil(level / drip) -- the queue ahead drains first
-    if max_delay > 0 then
-      local cap = max_delay * drip -- the deepest level a new event may join
-      room = math.min(room, level <= cap and math.floor((cap - level) / unit) + 1 or 0)
-      if cost > 0 then wait = math.max(wait, delay - max_delay) end
-    end
+    if cap and cost > 0 then wait = math.max(wait, delay - max_delay) end
   end
 
-  if wait > 0 then
-    return 0, room, wait, math.ceil(level / drip), 0
-  end
-  if cost == 0 then
-    return 1, room, 0, math.ceil(level / drip), 0
+  if wait > 0 or cost == 0 then
+    local r = room(level)
+    return wait > 0 and 0 or 1, r, wait, math.ceil(level / drip), 0, next(level, r)
   end
   level = level + cost * unit
   local reset = math.ceil(level / drip)
@@ -53,7 +63,8 @@ local function leak(key, cost, commit, unit, drip, burst, max_delay)
     redis.call('HSET', key, 'l', level, 't', last, 'u', unit)
     redis.call('PEXPIRE', key, math.max(1, math.ceil(reset / 1000)))
   end
-  return 1, math.max(0, room - cost), 0, reset, delay
+  local r = room(level)
+  return 1, r, 0, reset, delay, next(level, r)
 end
 
 algorithms.leaky_bucket = {args = 3, decide = function(key, cost, at, commit)

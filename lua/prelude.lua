@@ -12,8 +12,9 @@
 --
 -- Each algorithm file adds algorithms.<name> = {args = N, decide = f}.
 -- f(key, cost, at, commit) reads its N arguments from ARGV[at] on and
--- returns allowed (0|1), remaining, retry_after, reset_after, delay:
--- durations in microseconds, all integers (floor or ceil after every
+-- returns allowed (0|1), remaining, retry_after, reset_after, delay, next:
+-- next is the time until one more event fits (0 when remaining is the
+-- burst); durations in microseconds, all integers (floor or ceil after every
 -- division, so that state stored in Redis stays exact). It stores the new
 -- state only if it allows and commit is true, which the caller passes only
 -- for a cost above 0.

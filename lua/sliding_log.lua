@@ -7,7 +7,7 @@
 --         left the window are trimmed on every write, so it holds at most
 --         burst members; the key expires one period after the last event.
 -- ARGV    period in microseconds; burst: the allowance per window (= rate)
--- Reply   allowed, remaining, retry_after, reset_after, 0
+-- Reply   allowed, remaining, retry_after, reset_after, 0, next
 algorithms.sliding_log = {args = 2, decide = function(key, cost, at, commit)
   local period, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
   local edge = now - period
@@ -19,15 +19,18 @@ algorithms.sliding_log = {args = 2, decide = function(key, cost, at, commit)
     return tonumber(redis.call('ZRANGE', key, r, r, 'WITHSCORES')[2])
   end
 
+  -- next: µs until the oldest event in the window leaves it
+  local next = period
+  if count > 0 then next = score(gone) + period - now end
+
   if count + cost > burst then
     -- the (count + cost - burst)-th oldest in the window must leave first
     local first = score(gone + count + cost - burst - 1)
-    return 0, burst - count, first + period - now, score(-1) + period - now, 0
+    return 0, burst - count, first + period - now, score(-1) + period - now, 0, next
   end
   if cost == 0 then
-    local reset = 0
-    if count > 0 then reset = score(-1) + period - now end
-    return 1, burst - count, 0, reset, 0
+    if count == 0 then return 1, burst, 0, 0, 0, 0 end
+    return 1, burst - count, 0, score(-1) + period - now, 0, next
   end
 
   if commit then
@@ -45,5 +48,5 @@ algorithms.sliding_log = {args = 2, decide = function(key, cost, at, commit)
     end
     redis.call('PEXPIRE', key, math.max(1, math.ceil(period / 1000)))
   end
-  return 1, burst - count - cost, 0, period, 0
+  return 1, burst - count - cost, 0, period, 0, next
 end}

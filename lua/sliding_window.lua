@@ -8,7 +8,7 @@
 --         the hash holds at most k + 1 fields.
 -- ARGV    period in microseconds; burst: the allowance per window
 --         (= rate); k, which divides the period evenly
--- Reply   allowed, remaining, retry_after, reset_after, 0
+-- Reply   allowed, remaining, retry_after, reset_after, 0, next
 --
 -- Counts are compared scaled by the sub-bucket size, so weights stay exact
 -- integers.
@@ -63,7 +63,7 @@ algorithms.sliding_window = {args = 3, decide = function(key, cost, at, commit)
   for i = 1, k do weighted = weighted + counts[i] * size end
   local remaining = math.max(0, math.floor((burst * size - weighted) / size))
   if cost > remaining then
-    return 0, remaining, wait(cost), reset(), 0
+    return 0, remaining, wait(cost), reset(), 0, wait(remaining + 1)
   end
   counts[k] = counts[k] + cost
   local left = reset()
@@ -72,5 +72,8 @@ algorithms.sliding_window = {args = 3, decide = function(key, cost, at, commit)
     if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
     redis.call('PEXPIRE', key, math.max(1, math.ceil(left / 1000)))
   end
-  return 1, remaining - cost, 0, left, 0
+  remaining = remaining - cost
+  local next = 0 -- µs until one more event fits
+  if remaining < burst then next = wait(remaining + 1) end
+  return 1, remaining, 0, left, 0, next
 end}

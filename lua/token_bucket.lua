@@ -5,7 +5,7 @@
 --         `drip`, so refill is exact.
 -- ARGV    unit: period / gcd(period, rate); drip: rate / gcd(period, rate);
 --         burst
--- Reply   allowed, remaining, retry_after, reset_after, 0
+-- Reply   allowed, remaining, retry_after, reset_after, 0, next
 algorithms.token_bucket = {args = 3, decide = function(key, cost, at, commit)
   local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   local full = burst * unit
@@ -28,9 +28,16 @@ algorithms.token_bucket = {args = 3, decide = function(key, cost, at, commit)
   end
   -- a clock that went backwards refills nothing and keeps `last`
 
+  -- next: µs until one more whole token is in the bucket
+  local function next(tokens)
+    if tokens >= burst then return 0 end
+    return math.ceil(((tokens + 1) * unit - credit) / drip)
+  end
+
   local need = cost * unit
   if credit < need then
-    return 0, math.floor(credit / unit), math.ceil((need - credit) / drip), math.ceil((full - credit) / drip), 0
+    local tokens = math.floor(credit / unit)
+    return 0, tokens, math.ceil((need - credit) / drip), math.ceil((full - credit) / drip), 0, next(tokens)
   end
   credit = credit - need
   local reset = math.ceil((full - credit) / drip)
@@ -38,5 +45,6 @@ algorithms.token_bucket = {args = 3, decide = function(key, cost, at, commit)
     redis.call('HSET', key, 'c', credit, 't', last, 'u', unit)
     redis.call('PEXPIRE', key, math.max(1, math.ceil(reset / 1000)))
   end
-  return 1, math.floor(credit / unit), 0, reset, 0
+  local tokens = math.floor(credit / unit)
+  return 1, tokens, 0, reset, 0, next(tokens)
 end}

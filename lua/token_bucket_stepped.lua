@@ -4,7 +4,7 @@
 -- KEYS    hash {n = tokens, t = µs of the last refill step}. No key means
 --         a full bucket whose steps start now.
 -- ARGV    rate; period in microseconds; burst
--- Reply   allowed, remaining, retry_after, reset_after, 0
+-- Reply   allowed, remaining, retry_after, reset_after, 0, next
 algorithms.token_bucket_stepped = {args = 3, decide = function(key, cost, at, commit)
   local rate, period, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   local state = redis.call('HMGET', key, 'n', 't')
@@ -25,7 +25,7 @@ algorithms.token_bucket_stepped = {args = 3, decide = function(key, cost, at, co
   end
 
   if tokens < cost then
-    return 0, tokens, wait(cost), wait(burst), 0
+    return 0, tokens, wait(cost), wait(burst), 0, wait(tokens + 1)
   end
   tokens = tokens - cost
   local reset = wait(burst)
@@ -33,5 +33,5 @@ algorithms.token_bucket_stepped = {args = 3, decide = function(key, cost, at, co
     redis.call('HSET', key, 'n', tokens, 't', step)
     redis.call('PEXPIRE', key, math.max(1, math.ceil(reset / 1000)))
   end
-  return 1, tokens, 0, reset, 0
+  return 1, tokens, 0, reset, 0, wait(math.min(burst, tokens + 1))
 end}
