@@ -1,6 +1,7 @@
 package keyfunc_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -36,7 +37,7 @@ func ExampleFirst() {
 
 	anonymous := httptest.NewRequest("GET", "/", nil)
 	anonymous.RemoteAddr = "[2001:db8:1:2::99]:443"
-	signedIn := anonymous.WithContext(keyfunc.WithUser(anonymous.Context(), userKey{}, "alice"))
+	signedIn := anonymous.WithContext(context.WithValue(anonymous.Context(), userKey{}, "alice"))
 
 	for _, r := range []*http.Request{anonymous, signedIn} {
 		k, _ := key(r)
@@ -59,4 +60,34 @@ func ExampleTrustHeader() {
 	key, _ := ip(r)
 	fmt.Println(key)
 	// Output: ip:198.51.100.1
+}
+
+func ExampleUseForwarded() {
+	// Behind a proxy in 10.0.0.0/8 that appends to Forwarded (RFC 7239).
+	ip := keyfunc.IP(keyfunc.TrustProxies("10.0.0.0/8"), keyfunc.UseForwarded())
+
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "10.0.0.5:40000"
+	// The client sent the first element itself; the proxy appended the second.
+	r.Header.Set("Forwarded", `for=6.6.6.6, for="[2001:db8:1:2::99]:4711";proto=https`)
+	r.Header.Set("X-Forwarded-For", "6.6.6.7") // not read with UseForwarded
+	key, _ := ip(r)
+	fmt.Println(key)
+	// Output: ip:2001:db8:1:2::/64
+}
+
+func ExampleTrustUnixSocket() {
+	// net/http reports a peer on a Unix socket, such as a reverse proxy on
+	// the same host, as "@" on Linux: it has no address.
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "@"
+	r.Header.Set("X-Forwarded-For", "198.51.100.1")
+
+	shared, _ := keyfunc.IP()(r) // one key for every request on the socket
+	behind, _ := keyfunc.IP(keyfunc.TrustUnixSocket())(r)
+	fmt.Println(shared)
+	fmt.Println(behind)
+	// Output:
+	// unix:
+	// ip:198.51.100.1
 }

@@ -2,6 +2,7 @@ package keyfunc
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -12,19 +13,31 @@ import (
 // would let one client use billions of keys.
 const DefaultIPv6Prefix = 64
 
+// UnixSocketKey is the key IP gives a request whose peer is on a Unix
+// socket, such as a reverse proxy on the same host, when the client
+// behind it is not known (no TrustUnixSocket, or no usable forwarding
+// header). It is the same for every such request, so they share one
+// limit, as requests through one untrusted TCP proxy share its address.
+// No other key starts with "unix:", so it never equals a key of an
+// address.
+const UnixSocketKey = "unix:"
+
 // IPOption configures IP.
 type IPOption func(*ipConfig)
 
 type ipConfig struct {
 	trusted    []netip.Prefix
 	header     string // single-value client IP header, "" for none
+	forwarded  bool   // walk Forwarded instead of X-Forwarded-For
+	trustUnix  bool   // a Unix-socket peer is a trusted proxy
 	ipv6Prefix int
 }
 
 // TrustProxies names the proxies (CIDR prefixes or single addresses) whose
 // forwarding headers are believed. It panics on an invalid entry, at
 // start-up; use ParsePrefixes first to check configuration input. Without
-// it, forwarding headers are ignored and the key is the peer's address.
+// it (or TrustUnixSocket), forwarding headers are ignored and the key is
+// the peer's address.
 //
 // Trust only the proxies in front of this server that overwrite or append
 // to the header themselves (your load balancer, your CDN's published
@@ -81,13 +94,65 @@ func ParsePrefixes(cidrs ...string) ([]netip.Prefix, error) {
 // client and is ignored, so a client cannot choose its key by sending the
 // header itself. When the header is missing or its last value is empty or
 // not an address, the header is ignored (an earlier value is never used)
-// and X-Forwarded-For is walked as usual.
+// and X-Forwarded-For (or Forwarded, with UseForwarded) is walked as usual.
 //
 // Have one proxy set the header: where several append to it, the last value
 // is the address of the proxy before the nearest, and all clients share it.
 // For chains of proxies, walk X-Forwarded-For instead.
 func TrustHeader(name string) IPOption {
 	return func(c *ipConfig) { c.header = http.CanonicalHeaderKey(name) }
+}
+
+// UseForwarded makes IP walk the for= values of the RFC 7239 Forwarded
+// header instead of X-Forwarded-For, which is then ignored. Like
+// X-Forwarded-For, Forwarded counts only when the peer is a trusted proxy
+// (TrustProxies, TrustUnixSocket), and it is walked the same way: from the
+// right, element by element (its lines in order, the last line last),
+// skipping addresses of trusted proxies, to the first that is not one.
+// Without this option Forwarded is never read.
+//
+// Use it only if every proxy you trust maintains Forwarded, appending an
+// element for the hop it received the request from (on a new line or
+// after a comma). A client can send Forwarded and X-Forwarded-For itself,
+// and a proxy passes on untouched the one it does not maintain, so IP must
+// read only the one your proxies write, or the client's own copy decides
+// its key.
+//
+// Each element is read as RFC 7239 defines it: parameters separated by
+// semicolons, names in any case, values as tokens or quoted strings with
+// backslash escapes. A for= value that is an address counts: IPv4 with or
+// without a port ("192.0.2.60", "192.0.2.60:4711") or IPv6 in brackets
+// with or without one (for="[2001:db8::1]:4711", quoted as RFC 7239
+// requires); ports may be obfuscated ("_p1"). An unbracketed IPv6 address
+// and an unquoted address with a port are accepted too. Empty elements are
+// skipped.
+//
+// An element that has no for=, gives a parameter twice, has more than 16
+// parameters or does not parse, and a for= value that is not an address
+// ("unknown", an obfuscated "_hidden", anything else), stop the walk, as
+// an entry that is not an address in X-Forwarded-For does: the client is
+// the last address read (the nearest hop that could not say who sent it
+// the request, or the peer). A client can write such values only to the
+// left of what its proxy appended, where the walk does not reach, and
+// cannot make text it wrote swallow the proxy's element (an unclosed
+// quote, say): each line is read from its end.
+func UseForwarded() IPOption {
+	return func(c *ipConfig) { c.forwarded = true }
+}
+
+// TrustUnixSocket makes IP count a peer on a Unix socket as a trusted
+// proxy, so that the client behind it is read from the forwarding headers
+// as for a trusted TCP proxy (X-Forwarded-For or, with UseForwarded,
+// Forwarded, walked from the right over TrustProxies; TrustHeader). When
+// no header names a client, the key is UnixSocketKey. Without this option
+// forwarding headers from a Unix-socket peer are ignored and every such
+// request is keyed UnixSocketKey.
+//
+// Who can connect to the socket is decided by its file permissions (or,
+// for an abstract socket, by the network namespace): use the option only
+// when nothing but your reverse proxy can.
+func TrustUnixSocket() IPOption {
+	return func(c *ipConfig) { c.trustUnix = true }
 }
 
 // IPv6Prefix sets the prefix length, 1 to 128, by which IPv6 clients are
@@ -106,11 +171,24 @@ func IPv6Prefix(bits int) IPOption {
 //
 // By default the client is the peer, r.RemoteAddr, and forwarding headers
 // are ignored: a client cannot forge its way into another key. When the
-// peer is a trusted proxy (TrustProxies), the client is the last value of
-// the header named by TrustHeader if that is an address, else the first
-// address in X-Forwarded-For, read from the right, that is not itself a
+// peer is a trusted proxy (TrustProxies, TrustUnixSocket), the client is
+// the last value of the header named by TrustHeader if that is an
+// address, else the first address in X-Forwarded-For (or, with
+// UseForwarded, in Forwarded), read from the right, that is not itself a
 // trusted proxy. Values a client wrote to the left of those its proxies
-// added never count. An unparsable RemoteAddr is an ErrNoKey error.
+// added never count.
+//
+// A peer on a Unix socket has no address: net/http reports it as
+// RemoteAddr "@" (Linux) or "" (elsewhere), or as the path the peer bound
+// its socket to. Such a request is keyed UnixSocketKey, one key for all of
+// them, unless TrustUnixSocket makes the peer a trusted proxy. A request
+// is taken to come over a Unix socket when the address it was received on
+// (the http.LocalAddrContextKey value net/http sets) is a Unix socket's,
+// or, when that is not known, when RemoteAddr is "@" or "". Any other
+// RemoteAddr that is not an address is an ErrNoKey error.
+//
+// The returned Func is safe for concurrent use; the options are read once,
+// when IP is called.
 func IP(opts ...IPOption) Func {
 	c := ipConfig{ipv6Prefix: DefaultIPv6Prefix}
 	for _, opt := range opts {
@@ -119,13 +197,33 @@ func IP(opts ...IPOption) Func {
 	return func(r *http.Request) (string, error) {
 		peer, err := parseHost(r.RemoteAddr)
 		if err != nil {
-			return "", fmt.Errorf("%w: RemoteAddr %q: %v", ErrNoKey, r.RemoteAddr, err)
+			if !fromUnixSocket(r) {
+				return "", fmt.Errorf("%w: RemoteAddr %q: %v", ErrNoKey, r.RemoteAddr, err)
+			}
+			peer = netip.Addr{} // the invalid address stands for the Unix-socket peer
 		}
 		return c.key(c.client(r, peer)), nil
 	}
 }
 
-// client returns the client address behind peer.
+// fromUnixSocket reports whether r, whose RemoteAddr is not an address,
+// came over a Unix socket.
+func fromUnixSocket(r *http.Request) bool {
+	switch local := r.Context().Value(http.LocalAddrContextKey).(type) {
+	case *net.UnixAddr:
+		return true
+	case nil:
+		// Not served by net/http (a test, another server): go by the
+		// spellings net/http gives an unnamed Unix-socket peer.
+		return r.RemoteAddr == "@" || r.RemoteAddr == ""
+	case net.Addr:
+		return strings.HasPrefix(local.Network(), "unix")
+	}
+	return false
+}
+
+// client returns the client address behind peer, the invalid address for
+// the Unix-socket peer.
 func (c *ipConfig) client(r *http.Request, peer netip.Addr) netip.Addr {
 	if !c.isTrusted(peer) {
 		return peer
@@ -134,6 +232,9 @@ func (c *ipConfig) client(r *http.Request, peer netip.Addr) netip.Addr {
 		if a, ok := lastValue(r.Header.Values(c.header)); ok {
 			return a
 		}
+	}
+	if c.forwarded {
+		return c.walkForwarded(r.Header.Values("Forwarded"), peer)
 	}
 	// Walk X-Forwarded-For from the right: each entry was appended by the
 	// hop to its right. Stop at the first hop that is not ours.
@@ -161,6 +262,266 @@ func (c *ipConfig) client(r *http.Request, peer netip.Addr) netip.Addr {
 	return client // every hop is trusted: the leftmost is the client
 }
 
+// walkForwarded walks the for= values of the Forwarded lines from the
+// right, as client walks X-Forwarded-For, starting from the trusted peer.
+func (c *ipConfig) walkForwarded(lines []string, peer netip.Addr) netip.Addr {
+	client := peer
+	for i := len(lines) - 1; i >= 0; i-- {
+		rest := lines[i]
+		for rest != "" {
+			var element string
+			rest, element = lastElement(rest)
+			element = trimOWS(element)
+			if element == "" {
+				continue // an empty list element, which RFC 9110 says to ignore
+			}
+			node, ok := forwardedFor(element)
+			if !ok {
+				return client // no usable for=: keep the last good hop
+			}
+			a, ok := parseNode(node)
+			if !ok {
+				return client // "unknown", obfuscated or garbage: the same
+			}
+			client = a
+			if !c.isTrusted(a) {
+				return a
+			}
+		}
+	}
+	return client // every hop is trusted: the leftmost is the client
+}
+
+// lastElement cuts the last element off a Forwarded line: it returns the
+// text before the last comma outside a quoted string, and the text after
+// it. It reads from the end of the line, so an element a proxy appended
+// is found whatever a client wrote before it (an unclosed quote
+// included): inside a quoted string, a quote preceded by an odd number of
+// backslashes is escaped, any other opens the string. For a line that
+// parses, this agrees with reading it from the start.
+func lastElement(line string) (before, element string) {
+	quoted := false
+	for i := len(line) - 1; i >= 0; i-- {
+		switch line[i] {
+		case '"':
+			if !quoted {
+				quoted = true
+				continue
+			}
+			n := 0
+			for j := i - 1; j >= 0 && line[j] == '\\'; j-- {
+				n++
+			}
+			if n%2 == 0 {
+				quoted = false
+			}
+		case ',':
+			if !quoted {
+				return line[:i], line[i+1:]
+			}
+		}
+	}
+	return "", line
+}
+
+// forwardedFor returns the for= value of one Forwarded element, unquoted,
+// and whether the element parsed, gave for= exactly once and no parameter
+// twice. An element of more than maxForwardedPairs parameters does not
+// parse, which bounds the search for duplicates.
+func forwardedFor(element string) (string, bool) {
+	var seen [maxForwardedPairs]string
+	names := seen[:0]
+	var node string
+	found := false
+	for p := 0; ; {
+		for p < len(element) && (element[p] == ' ' || element[p] == '\t') {
+			p++
+		}
+		if p == len(element) {
+			return node, found
+		}
+		if element[p] == ';' { // an empty pair
+			p++
+			continue
+		}
+		start := p
+		for p < len(element) && isTokenChar(element[p]) {
+			p++
+		}
+		name := element[start:p]
+		if name == "" || p == len(element) || element[p] != '=' {
+			return "", false
+		}
+		p++
+		var value string
+		if p < len(element) && element[p] == '"' {
+			var ok bool
+			if value, p, ok = quotedString(element, p); !ok {
+				return "", false
+			}
+		} else {
+			start = p
+			for p < len(element) && (isTokenChar(element[p]) || element[p] == ':' || element[p] == '[' || element[p] == ']') {
+				p++
+			}
+			value = element[start:p]
+		}
+		for p < len(element) && (element[p] == ' ' || element[p] == '\t') {
+			p++
+		}
+		if value == "" || (p < len(element) && element[p] != ';') {
+			return "", false
+		}
+		for _, n := range names {
+			if strings.EqualFold(n, name) {
+				return "", false // a parameter given twice
+			}
+		}
+		if len(names) == maxForwardedPairs {
+			return "", false
+		}
+		names = append(names, name)
+		if strings.EqualFold(name, "for") {
+			node, found = value, true
+		}
+	}
+}
+
+// maxForwardedPairs is the most parameters a Forwarded element may have:
+// RFC 7239 defines four (by, for, host, proto).
+const maxForwardedPairs = 16
+
+// quotedString reads the quoted string that starts at s[p], a quote, and
+// returns its value with backslash escapes undone and the index after its
+// closing quote. It fails on an unclosed string and on control characters
+// other than tab.
+func quotedString(s string, p int) (value string, end int, ok bool) {
+	p++
+	start := p
+	var buf []byte // only when the string has an escape
+	for p < len(s) {
+		c := s[p]
+		switch {
+		case c == '"':
+			if buf == nil {
+				return s[start:p], p + 1, true
+			}
+			return string(buf), p + 1, true
+		case c == '\\':
+			if p+1 == len(s) || isCtl(s[p+1]) {
+				return "", 0, false
+			}
+			if buf == nil {
+				buf = append(make([]byte, 0, len(s)-start), s[start:p]...)
+			}
+			buf = append(buf, s[p+1])
+			p += 2
+			continue
+		case isCtl(c):
+			return "", 0, false
+		}
+		if buf != nil {
+			buf = append(buf, c)
+		}
+		p++
+	}
+	return "", 0, false
+}
+
+// isCtl reports whether c is a control character other than tab.
+func isCtl(c byte) bool { return (c < ' ' && c != '\t') || c == 0x7f }
+
+// isTokenChar reports whether c may appear in an HTTP token (RFC 9110
+// tchar).
+func isTokenChar(c byte) bool { return tokenChars[c] }
+
+var tokenChars = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range []byte("!#$%&'*+-.^_`|~") {
+		t[c] = true
+	}
+	return t
+}()
+
+// trimOWS trims spaces and tabs from both ends of s.
+func trimOWS(s string) string {
+	for s != "" && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for s != "" && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// parseNode parses a Forwarded node that is an address: "192.0.2.60",
+// "192.0.2.60:4711", "[2001:db8::1]", "[2001:db8::1]:4711", with a port of
+// up to five digits or obfuscated ("_p1"); also an unbracketed IPv6
+// address without a port. It drops any zone and unmaps IPv4-mapped IPv6
+// addresses. "unknown" and obfuscated identifiers are not addresses.
+func parseNode(node string) (netip.Addr, bool) {
+	host, port, hasPort := node, "", false
+	bracketed := strings.HasPrefix(node, "[")
+	if bracketed {
+		end := strings.IndexByte(node, ']')
+		if end < 0 {
+			return netip.Addr{}, false
+		}
+		host = node[1:end]
+		if rest := node[end+1:]; rest != "" {
+			if rest[0] != ':' {
+				return netip.Addr{}, false
+			}
+			port, hasPort = rest[1:], true
+		}
+	} else if strings.Count(node, ":") == 1 {
+		i := strings.IndexByte(node, ':')
+		host, port, hasPort = node[:i], node[i+1:], true
+	}
+	if hasPort && !validNodePort(port) {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || (bracketed && !a.Is6()) {
+		return netip.Addr{}, false
+	}
+	return a.WithZone("").Unmap(), true
+}
+
+// validNodePort reports whether port is an RFC 7239 node-port: one to five
+// digits, or "_" and an obfuscated identifier.
+func validNodePort(port string) bool {
+	if port == "" {
+		return false
+	}
+	if port[0] == '_' {
+		if len(port) == 1 {
+			return false
+		}
+		for i := 1; i < len(port); i++ {
+			c := port[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+				return false
+			}
+		}
+		return true
+	}
+	if len(port) > 5 {
+		return false
+	}
+	for i := 0; i < len(port); i++ {
+		if port[i] < '0' || port[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // lastValue parses the last comma-separated value of the last of a
 // single-value header's lines: the one the nearest trusted proxy set.
 // Earlier values, which the client may have sent, are never looked at.
@@ -176,7 +537,12 @@ func lastValue(lines []string) (netip.Addr, bool) {
 	return a, err == nil
 }
 
+// isTrusted reports whether a is a trusted proxy; the invalid address is
+// the Unix-socket peer.
 func (c *ipConfig) isTrusted(a netip.Addr) bool {
+	if !a.IsValid() {
+		return c.trustUnix
+	}
 	for _, p := range c.trusted {
 		if p.Contains(a) {
 			return true
@@ -188,6 +554,9 @@ func (c *ipConfig) isTrusted(a netip.Addr) bool {
 // key formats the client's key, grouping IPv6 by prefix, in one
 // allocation.
 func (c *ipConfig) key(a netip.Addr) string {
+	if !a.IsValid() {
+		return UnixSocketKey
+	}
 	buf := make([]byte, 0, 64)
 	buf = append(buf, "ip:"...)
 	if a.Is4() || c.ipv6Prefix == 128 {

@@ -3,14 +3,14 @@
 // combination. It uses the standard library only.
 //
 // Every Func returns a key prefixed by its kind ("ip:", "header:", "user:",
-// "route:"), so keys of different kinds never collide. A request without
-// the identity a Func looks for is an error wrapping ErrNoKey; the HTTP
-// middleware answers it with 400 Bad Request rather than letting it pass
-// unlimited. Use First to fall back, for example from a user ID to the IP.
+// "route:"; IP gives a peer on a Unix socket the key "unix:"), so keys of
+// different kinds never collide. A request without the identity a Func
+// looks for is an error wrapping ErrNoKey; the HTTP middleware answers it
+// with 400 Bad Request rather than letting it pass unlimited. Use First to
+// fall back, for example from a user ID to the IP.
 package keyfunc
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -65,12 +65,6 @@ func ContextUser(ctxKey any) Func {
 		v, ok := r.Context().Value(ctxKey).(string)
 		return v, ok
 	})
-}
-
-// WithUser returns a copy of ctx carrying a user ID for ContextUser(key).
-// It is a convenience for authentication middleware and tests.
-func WithUser(ctx context.Context, key any, id string) context.Context {
-	return context.WithValue(ctx, key, id)
 }
 
 // Route keys requests by method and route template, as

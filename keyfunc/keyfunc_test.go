@@ -1,6 +1,7 @@
 package keyfunc_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -65,7 +66,7 @@ func TestIP(t *testing.T) {
 
 func TestIPErrors(t *testing.T) {
 	t.Parallel()
-	for _, remote := range []string{"", "pipe", "203.0.113.7:port", "[::1"} {
+	for _, remote := range []string{"pipe", "203.0.113.7:port", "[::1", "@x", "/run/x.sock", " ", "unix:"} {
 		if _, err := keyfunc.IP()(request(remote)); !errors.Is(err, keyfunc.ErrNoKey) {
 			t.Errorf("RemoteAddr %q: err %v, want ErrNoKey", remote, err)
 		}
@@ -93,7 +94,7 @@ type userKey struct{}
 func TestOtherFuncs(t *testing.T) {
 	t.Parallel()
 	r := request("203.0.113.7:1", "X-Api-Key", "k1")
-	r = r.WithContext(keyfunc.WithUser(r.Context(), userKey{}, "42"))
+	r = r.WithContext(context.WithValue(r.Context(), userKey{}, "42"))
 	anon := request("203.0.113.8:1")
 	routed := request("203.0.113.7:1")
 	routed.Pattern = "/users/{id}"
@@ -150,8 +151,9 @@ func TestJoinEscapes(t *testing.T) {
 }
 
 // FuzzIP: whatever a client sends as its address and forwarding headers,
-// IP never panics and returns an "ip:" key or an ErrNoKey error; from an
-// untrusted peer, the headers never change the key.
+// IP never panics and returns an "ip:" key, the Unix-socket key or an
+// ErrNoKey error; from an untrusted peer, the headers never change the
+// key.
 func FuzzIP(f *testing.F) {
 	for _, seed := range [][3]string{
 		{"203.0.113.7:1", "198.51.100.1", ""},
@@ -159,14 +161,17 @@ func FuzzIP(f *testing.F) {
 		{"[2001:db8::1]:443", "[2001:db8::2]:80, garbage", "::ffff:1.2.3.4"},
 		{"10.0.0.1:1", ",,, , ,", "[::1"},
 		{"pipe", "", ""},
+		{"@", "198.51.100.1", ""},
+		{"", "garbage", "198.51.100.2"},
 	} {
 		f.Add(seed[0], seed[1], seed[2])
 	}
 	trusted := keyfunc.IP(keyfunc.TrustProxies("10.0.0.0/8", "2001:db8::/32"), keyfunc.TrustHeader("X-Real-IP"))
+	unix := keyfunc.IP(keyfunc.TrustUnixSocket(), keyfunc.TrustProxies("10.0.0.0/8"))
 	plain := keyfunc.IP()
 	f.Fuzz(func(t *testing.T, remote, xff, real string) {
 		r := request(remote, "X-Forwarded-For", xff, "X-Real-IP", real)
-		for _, ip := range []keyfunc.Func{trusted, plain} {
+		for _, ip := range []keyfunc.Func{trusted, unix, plain} {
 			key, err := ip(r)
 			if err != nil {
 				if !errors.Is(err, keyfunc.ErrNoKey) {
@@ -174,7 +179,7 @@ func FuzzIP(f *testing.F) {
 				}
 				continue
 			}
-			if !strings.HasPrefix(key, "ip:") {
+			if !strings.HasPrefix(key, "ip:") && key != keyfunc.UnixSocketKey {
 				t.Fatalf("key %q", key)
 			}
 		}
