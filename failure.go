@@ -1,7 +1,6 @@
 package redlimit
 
 import (
-	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -49,8 +48,20 @@ func (p *Policy) reportError(r *http.Request, err error) {
 		return
 	}
 	if skipped, ok := p.errLog.allow(time.Now()); ok {
-		slog.ErrorContext(r.Context(), "redlimit: rate limit decision failed", "policy", p.name,
+		p.log.ErrorContext(r.Context(), "redlimit: rate limit decision failed", "policy", p.name,
 			"failure", p.failure.String(), "error", err, "errors_not_logged", skipped)
+	}
+}
+
+// reportDryRun logs a request a dry run would have denied: at debug level
+// each, and at info level at most once a second per policy, with how many
+// there were since.
+func (p *Policy) reportDryRun(r *http.Request, res core.Result) {
+	p.log.DebugContext(r.Context(), "redlimit: dry run: would deny", "policy", p.name,
+		"limit", res.Limit.String(), "retry_after", res.RetryAfter)
+	if skipped, ok := p.dryLog.allow(time.Now()); ok {
+		p.log.InfoContext(r.Context(), "redlimit: dry run: requests would have been denied", "policy", p.name,
+			"limit", res.Limit.String(), "count", skipped+1)
 	}
 }
 
@@ -100,17 +111,17 @@ func (l *localLimiter) allow(key string, terms []core.Term, now time.Time, each 
 	defer l.mu.Unlock()
 	allowed := true
 	for i, t := range terms {
-		interval := (t.Limit.Period + time.Duration(t.Limit.Rate) - 1) / time.Duration(t.Limit.Rate)
-		span := time.Duration(t.Limit.Capacity()) * interval
 		states[i] = localState(key, t)
-		tat, ok := l.tat.Peek(states[i])
+		// Get, not Peek: a key that keeps being denied is in use and must
+		// not be the first forgotten, or it would start afresh.
+		tat, ok := l.tat.Get(states[i])
 		if !ok || tat.Before(now) {
 			tat = now
 		}
-		tats[i] = tat.Add(time.Duration(t.N) * interval)
-		each[i] = core.Result{Limit: t.Limit, Allowed: true, Remaining: int((span - tat.Sub(now)) / interval),
-			ResetAfter: tat.Sub(now)} // the state as it stays
-		if allowAt := tats[i].Add(-span); now.Before(allowAt) {
+		g := newLocalGCRA(t.Limit)
+		tats[i] = tat.Add(time.Duration(t.N) * g.interval)
+		each[i] = g.result(tat, now) // the state as it stays
+		if allowAt := tats[i].Add(-g.span); now.Before(allowAt) {
 			allowed = false
 			each[i].Allowed, each[i].RetryAfter = false, allowAt.Sub(now)
 		}
@@ -118,11 +129,33 @@ func (l *localLimiter) allow(key string, terms []core.Term, now time.Time, each 
 	if allowed {
 		for i, t := range terms {
 			l.tat.Add(states[i], tats[i])
-			each[i].Remaining -= t.N
-			each[i].ResetAfter = tats[i].Sub(now)
+			each[i] = newLocalGCRA(t.Limit).result(tats[i], now)
 		}
 	}
 	return core.Binding(each)
+}
+
+// localGCRA is a limit's GCRA: events interval apart, the TAT at most span
+// ahead of now.
+type localGCRA struct {
+	limit          core.Limit
+	interval, span time.Duration
+}
+
+func newLocalGCRA(l core.Limit) localGCRA {
+	interval := (l.Period + time.Duration(l.Rate) - 1) / time.Duration(l.Rate)
+	return localGCRA{limit: l, interval: interval, span: time.Duration(l.Capacity()) * interval}
+}
+
+// result is the allowed result of the state tat at now: what is left, and
+// the times until one more and until all of it are back.
+func (g localGCRA) result(tat, now time.Time) core.Result {
+	res := core.Result{Limit: g.limit, Allowed: true, Remaining: int((g.span - tat.Sub(now)) / g.interval),
+		ResetAfter: tat.Sub(now)}
+	if capacity := g.limit.Capacity(); res.Remaining < capacity {
+		res.NextAfter = res.ResetAfter - time.Duration(capacity-res.Remaining-1)*g.interval
+	}
+	return res
 }
 
 // localState names the state of key under a term: its scope, and what

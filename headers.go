@@ -1,10 +1,13 @@
 package redlimit
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dunglas/httpsfv"
 
 	"github.com/redlimit/redlimit/core"
 )
@@ -20,13 +23,16 @@ const (
 	// HeaderRemaining is how many more requests would pass right now.
 	HeaderRemaining = "X-RateLimit-Remaining"
 	// HeaderReset is the number of seconds, rounded up, until the full
-	// allowance is back.
+	// allowance is back; with WithResetUnix, the Unix time then.
 	HeaderReset = "X-RateLimit-Reset"
-	// HeaderPolicy is the IETF draft's RateLimit-Policy field:
-	// "name";q=<rate>;w=<period in seconds>.
+	// HeaderPolicy is the IETF draft's RateLimit-Policy field, one list
+	// member per limit: "name";q=<quota>;w=<window in whole seconds>, and
+	// ;redlimit-burst=<n> where the most that can pass at once differs
+	// from q.
 	HeaderPolicy = "RateLimit-Policy"
-	// HeaderRateLimit is the IETF draft's RateLimit field:
-	// "name";r=<remaining>;t=<seconds until reset>.
+	// HeaderRateLimit is the IETF draft's RateLimit field, one list member
+	// per limit: "name";r=<remaining>;t=<seconds until more quota is
+	// available>, and ;pk=:<partition key>: with WithPartitionKey.
 	HeaderRateLimit = "RateLimit"
 )
 
@@ -62,9 +68,10 @@ var (
 // Header.Add copies instead of writing into the shared array.
 type quota struct {
 	scope    string
+	name     string // the draft's list member
 	limit    core.Limit
 	capacity []string // X-RateLimit-Limit
-	member   string   // the draft's list member name, a structured-field string
+	member   string   // the draft's list member: the policy's name as a structured-field string
 	policy   []string // its RateLimit-Policy item
 }
 
@@ -88,52 +95,124 @@ func quotasOf(name string, limits []core.Limit) []quota {
 				}
 			}
 		}
-		q := sfString(member)
-		quotas[i] = quota{scope: name, limit: l, member: q,
+		quotas[i] = quota{scope: name, name: member, limit: l, member: sfMember(member),
 			capacity: []string{strconv.Itoa(l.Capacity())},
-			policy:   []string{q + ";q=" + strconv.Itoa(l.Rate) + ";w=" + strconv.FormatInt(seconds(l.Period), 10)},
+			policy:   []string{policyItem(member, l)},
 		}
 	}
 	return quotas
 }
 
-// setHeaders writes the rate-limit fields of a decision under quotas,
-// whose limits answered each and together res, and Retry-After when
-// denied. The X-RateLimit fields describe the binding limit; the draft's
-// list every quota.
-func setHeaders(h http.Header, profile HeaderProfile, quotas []quota, each []core.Result, res core.Result) {
-	denied := !res.Allowed
-	if denied {
-		setRetryAfter(h, res.RetryAfter)
+// sfMember writes a policy name as a structured-field String (RFC 9651,
+// with github.com/dunglas/httpsfv). Names are checked to be printable ASCII
+// when the policy is built, so this cannot fail.
+func sfMember(name string) string {
+	s, err := httpsfv.Marshal(httpsfv.NewItem(name))
+	if err != nil {
+		panic(fmt.Sprintf("redlimit: policy name %q: %v", name, err))
 	}
-	if profile == HeadersNone {
+	return s
+}
+
+// maxWindow bounds the whole-second window a sub-second or fractional
+// period is scaled up to in RateLimit-Policy.
+const maxWindow = time.Hour
+
+// policyItem is the RateLimit-Policy list member of a limit named name:
+// "name";q=<quota>;w=<window in seconds>, with ;redlimit-burst=<capacity>
+// where the capacity differs from q. The draft's window is a positive whole
+// number of seconds: a period that is not one is scaled up to the shortest
+// whole-second window it divides (3 per 500ms is q=6;w=1); if that is
+// longer than maxWindow, the window is the period rounded up and q the
+// most that window surely allows, rounded down.
+func policyItem(name string, l core.Limit) string {
+	period, second := int64(l.Period/time.Microsecond), int64(time.Second/time.Microsecond)
+	window := period / gcd(period, second) * second // lcm(period, 1s), in µs
+	q := int64(l.Rate) * (window / period)
+	if window > int64(maxWindow/time.Microsecond) {
+		window = (period + second - 1) / second * second
+		q = int64(l.Rate) * window / period
+	}
+	item := httpsfv.NewItem(name)
+	item.Params.Add("q", q)
+	item.Params.Add("w", window/second)
+	if c := int64(l.Capacity()); c != q {
+		item.Params.Add("redlimit-burst", c)
+	}
+	s, err := httpsfv.Marshal(httpsfv.List{item})
+	if err != nil {
+		panic(fmt.Sprintf("redlimit: RateLimit-Policy of %q: %v", name, err))
+	}
+	return s
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// answer is what a decision's headers say: the binding result, each
+// quota's, and the Retry-After of a denial, in seconds.
+type answer struct {
+	quotas     []quota
+	each       []core.Result
+	res        core.Result
+	retryAfter int64 // 0 when allowed
+	pk         string
+}
+
+// setHeaders writes the rate-limit fields of a under p's profile. The
+// X-RateLimit fields describe the binding limit; the draft's list every
+// quota, with t (the seconds until more quota is available) left out
+// where it is 0 on an allowed answer (nothing more to come) or, on a
+// denial, would be later than Retry-After.
+func (p *Policy) setHeaders(h http.Header, a answer) {
+	denied := !a.res.Allowed
+	if denied {
+		h[keyRetryAfter] = []string{strconv.FormatInt(a.retryAfter, 10)}
+	}
+	if p.profile == HeadersNone {
 		return
 	}
-	if (profile == HeadersXRateLimit || profile == HeadersBoth) && (denied || !moreRestrictive(h, res.Remaining)) {
-		vals := []string{strconv.Itoa(max(0, res.Remaining)), strconv.FormatInt(seconds(res.ResetAfter), 10)}
-		h[keyLimit] = quotas[binding(each, res)].capacity
+	if (p.profile == HeadersXRateLimit || p.profile == HeadersBoth) && (denied || !moreRestrictive(h, a.res.Remaining)) {
+		// All three describe the binding limit, its reset included (the
+		// Result's ResetAfter is the longest of all the limits').
+		i := binding(a.each, a.res)
+		reset := seconds(a.each[i].ResetAfter)
+		if p.resetUnix {
+			reset = time.Now().Add(a.each[i].ResetAfter + time.Second - 1).Unix()
+		}
+		vals := []string{strconv.Itoa(max(0, a.res.Remaining)), strconv.FormatInt(reset, 10)}
+		h[keyLimit] = a.quotas[i].capacity
 		h[keyRemaining] = vals[0:1:1]
 		h[keyReset] = vals[1:2:2]
 	}
-	if profile == HeadersDraft || profile == HeadersBoth {
-		items := make([]string, len(quotas))
-		for i, q := range quotas {
-			items[i] = q.member + ";r=" + strconv.Itoa(max(0, each[i].Remaining)) + ";t=" + strconv.FormatInt(seconds(each[i].ResetAfter), 10)
+	if p.profile == HeadersDraft || p.profile == HeadersBoth {
+		items := make([]string, len(a.quotas))
+		for i, q := range a.quotas {
+			r := a.each[i]
+			item := q.member + ";r=" + strconv.Itoa(max(0, r.Remaining))
+			if t := seconds(r.NextAfter); t > 0 && (!denied || t <= a.retryAfter) {
+				item += ";t=" + strconv.FormatInt(t, 10)
+			}
+			items[i] = item + a.pk
 		}
-		if _, seen := h[keyRateLimit]; seen { // another policy answered first
+		if _, seen := h[keyRateLimit]; seen { // another policy answered first: add to its lists
 			h[keyRateLimit] = append(h[keyRateLimit], items...)
-			for _, q := range quotas {
+			for _, q := range a.quotas {
 				h[keyPolicy] = append(h[keyPolicy], q.policy...)
 			}
 			return
 		}
 		h[keyRateLimit] = items
-		if len(quotas) == 1 {
-			h[keyPolicy] = quotas[0].policy
+		if len(a.quotas) == 1 {
+			h[keyPolicy] = a.quotas[0].policy
 			return
 		}
-		policies := make([]string, len(quotas))
-		for i, q := range quotas {
+		policies := make([]string, len(a.quotas))
+		for i, q := range a.quotas {
 			policies[i] = q.policy[0]
 		}
 		h[keyPolicy] = policies
@@ -176,24 +255,4 @@ func seconds(d time.Duration) int64 {
 		return int64(core.InfDuration / time.Second)
 	}
 	return int64((d + time.Second - 1) / time.Second)
-}
-
-// sfString quotes s as a structured-field string (RFC 8941): printable
-// ASCII only, with '"' and '\' escaped; other bytes become '?'.
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }

@@ -1,6 +1,7 @@
 package redlimit
 
 import (
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -81,11 +82,21 @@ func WithDenyHandler(deny func(w http.ResponseWriter, r *http.Request, d Decisio
 }
 
 // WithErrorHandler receives every Redis error (including timeouts), after
-// which the failure policy decides the request. The default logs with
-// log/slog at error level, at most once a second per policy, counting the
-// errors it left out.
+// which the failure policy decides the request. The default logs to the
+// policy's logger (WithLogger) at error level, at most once a second per
+// policy, counting the errors it left out.
 func WithErrorHandler(report func(r *http.Request, err error)) Option {
 	return func(p *Policy) { p.onError = report }
+}
+
+// WithLogger sets where the policy logs: Redis errors (error level, at
+// most one line a second, unless WithErrorHandler takes them) and a dry
+// run's would-be denials (debug level each, an info line at most once a
+// second). Every line carries the policy's name and is logged with the
+// request's context. Nothing is logged per request above debug level. The
+// default is slog.Default() when the policy is built.
+func WithLogger(log *slog.Logger) Option {
+	return func(p *Policy) { p.log = log }
 }
 
 // WithFailure sets what happens when Redis fails; the default is FailOpen.
@@ -116,8 +127,9 @@ func WithTimeout(d time.Duration) Option {
 
 // WithDryRun makes the policy decide and report but never block: every
 // request passes, no rate-limit headers are sent, and requests that would
-// have been denied are logged with log/slog at info level and reported to
-// the observer with Decision.DryRun set. Requests without a key and Redis
+// have been denied are logged (debug level each, a count at info level at
+// most once a second; see WithLogger) and reported to the observer with
+// Decision.DryRun set. Requests without a key and Redis
 // failures pass too, whatever the failure policy. Use it to roll out a new
 // limit.
 func WithDryRun() Option {
@@ -125,14 +137,68 @@ func WithDryRun() Option {
 }
 
 // WithObserver calls observe with every decision, after it is made and
-// before the request is served or denied: for metrics. The default does
-// nothing. It must be fast and safe for concurrent use.
+// before the request is served or denied: for metrics (see the promlimit
+// and otellimit modules). Several WithObserver options each see every
+// decision, in the order given. The default observes nothing, and then
+// Decision.Duration is not measured. observe must be fast and safe for
+// concurrent use.
 func WithObserver(observe func(r *http.Request, d Decision)) Option {
-	return func(p *Policy) { p.observe = observe }
+	return func(p *Policy) {
+		if prev := p.observe; prev != nil {
+			p.observe = func(r *http.Request, d Decision) { prev(r, d); observe(r, d) }
+			return
+		}
+		p.observe = observe
+	}
 }
 
 // WithHeaders chooses the rate-limit response fields; the default is
 // HeadersXRateLimit.
 func WithHeaders(profile HeaderProfile) Option {
 	return func(p *Policy) { p.profile = profile }
+}
+
+// WithResetUnix makes X-RateLimit-Reset the Unix time, in whole seconds
+// rounded up, at which the allowance is full again, as ulule/limiter and
+// go-chi/httprate send it, for clients written against them. The default
+// is the number of seconds from now, which needs no synchronised clocks.
+func WithResetUnix() Option {
+	return func(p *Policy) { p.resetUnix = true }
+}
+
+// WithRetryAfterJitter spreads the Retry-After of denials: each is the
+// wait the limit needs plus a random share of up to max, so clients denied
+// in the same second do not all come back in the same second. It only ever
+// adds: no client is told to come back before its allowance is there. The
+// JSON and problem bodies carry the same value. The default, 0, adds
+// nothing.
+func WithRetryAfterJitter(max time.Duration) Option {
+	return func(p *Policy) { p.jitter = max }
+}
+
+// WithPartitionKey adds the draft's pk parameter to every RateLimit list
+// member: a keyed hash (HMAC-SHA256, 12 bytes) of the request's key, so a
+// client can tell its partitions apart and nobody can read an address out
+// of it. secret must be at least 16 bytes and the same on every instance.
+// The default sends no pk.
+func WithPartitionKey(secret []byte) Option {
+	return func(p *Policy) { p.pkSecret = append([]byte(nil), secret...) }
+}
+
+// WithProblemDetails answers requests that do not pass with an RFC 9457
+// problem (application/problem+json): a denial as the draft's
+// quota-exceeded type, listing the policies that denied in
+// "violated-policies"; 503 and 400 as about:blank. The default is the
+// JSON body {"error":"...","retry_after":N}. WithDenyHandler replaces
+// either.
+func WithProblemDetails() Option {
+	return func(p *Policy) { p.problem = true }
+}
+
+// WithFrameworkErrors makes adapters whose framework handles errors (echo)
+// hand a request that does not pass to it, as an *echo.HTTPError, instead
+// of writing the default body; the rate-limit headers are set either way.
+// net/http and gin always write the body. The default writes it.
+func WithFrameworkErrors() Option {
+	return func(p *Policy) { p.frameworkErrors = true }
 }

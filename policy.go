@@ -2,16 +2,20 @@ package redlimit
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"runtime"
 	"sync"
 	"time"
 	"weak"
+
+	"github.com/dunglas/httpsfv"
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/keyfunc"
@@ -25,8 +29,8 @@ const (
 	DefaultTimeout = core.DefaultTimeout
 	// DefaultLocalKeys bounds the keys FailLocal tracks in memory.
 	DefaultLocalKeys = 10_000
-	// MaxNameLen bounds policy names, which are part of every Redis key.
-	MaxNameLen = 256
+	// maxNameLen bounds policy names, which are part of every Redis key.
+	maxNameLen = 256
 	// hashKeysOver: keys longer than this are replaced by their SHA-256, so
 	// a client cannot make Redis store long keys.
 	hashKeysOver = 128
@@ -56,8 +60,17 @@ type Policy struct {
 	local     *localLimiter
 	timeout   time.Duration // core.Request.Timeout: 0 is the Limiter's
 	dryRun    bool
-	profile   HeaderProfile
+	log       *slog.Logger
 	errLog    throttle
+	dryLog    throttle
+
+	// answers
+	profile         HeaderProfile
+	resetUnix       bool
+	jitter          time.Duration
+	pkSecret        []byte
+	problem         bool
+	frameworkErrors bool
 }
 
 // NewPolicy checks the limit and options and returns a Policy. It does no
@@ -111,9 +124,16 @@ func newPolicy(lim *core.Limiter, limits []core.Limit, opts []Option) (*Policy, 
 		return nil, fmt.Errorf("redlimit: WithLocalKeys(%d) must be at least 1", p.localKeys)
 	case p.profile < HeadersXRateLimit || p.profile > HeadersNone:
 		return nil, fmt.Errorf("redlimit: unknown header profile %d", p.profile)
+	case p.jitter < 0:
+		return nil, fmt.Errorf("redlimit: negative Retry-After jitter %v", p.jitter)
+	case p.pkSecret != nil && len(p.pkSecret) < 16:
+		return nil, fmt.Errorf("redlimit: WithPartitionKey: a secret of %d bytes; want at least 16", len(p.pkSecret))
 	}
 	if p.name == "" {
 		p.name = core.FormatLimits(p.limits)
+	}
+	if p.log == nil {
+		p.log = slog.Default()
 	}
 	if err := checkName(p.name); err != nil {
 		return nil, err
@@ -139,8 +159,8 @@ func smallestBurst(limits []core.Limit) int {
 // checkName refuses names the RateLimit headers' structured-field strings
 // cannot carry, and names too long for a key.
 func checkName(name string) error {
-	if len(name) > MaxNameLen {
-		return fmt.Errorf("redlimit: policy name of %d bytes is longer than %d", len(name), MaxNameLen)
+	if len(name) > maxNameLen {
+		return fmt.Errorf("redlimit: policy name of %d bytes is longer than %d", len(name), maxNameLen)
 	}
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c < 0x20 || c > 0x7e {
@@ -171,10 +191,13 @@ func (p *Policy) Match(*http.Request) *Policy { return p }
 // body: when the Decision is not Allowed, answer with Deny, or in the
 // framework's own way.
 func (p *Policy) Decide(w http.ResponseWriter, r *http.Request) Decision {
-	d := p.decide(w, r)
-	if p.observe != nil {
-		p.observe(r, d)
+	if p.observe == nil {
+		return p.decide(w, r)
 	}
+	start := time.Now()
+	d := p.decide(w, r)
+	d.Duration = time.Since(start)
+	p.observe(r, d)
 	return d
 }
 
@@ -225,12 +248,22 @@ func (p *Policy) decide(w http.ResponseWriter, r *http.Request) Decision {
 	if p.dryRun {
 		if !d.Result.Allowed {
 			d.DryRun = true
-			slog.InfoContext(r.Context(), "redlimit: dry run: would deny", "policy", p.name,
-				"retry_after", d.Result.RetryAfter)
+			p.reportDryRun(r, d.Result)
 		}
 		return d
 	}
-	setHeaders(w.Header(), p.profile, quotas, each, d.Result)
+	a := answer{quotas: quotas, each: each, res: d.Result}
+	if !d.Result.Allowed {
+		a.retryAfter = p.retryAfter(d.Result.RetryAfter)
+		d.retryAfter = a.retryAfter
+		if p.problem {
+			d.violated = violated(quotas, each)
+		}
+	}
+	if p.pkSecret != nil {
+		a.pk = p.partitionKey(d.Key)
+	}
+	p.setHeaders(w.Header(), a)
 	if !d.Result.Allowed {
 		d.Status = http.StatusTooManyRequests
 		return d
@@ -241,6 +274,37 @@ func (p *Policy) decide(w http.ResponseWriter, r *http.Request) Decision {
 		}
 	}
 	return d
+}
+
+// retryAfter is the Retry-After of a denial that must wait d: whole
+// seconds, rounded up, at least 1, plus the jitter, which only adds.
+func (p *Policy) retryAfter(d time.Duration) int64 {
+	if p.jitter > 0 && d < core.InfDuration-p.jitter {
+		d += rand.N(p.jitter)
+	}
+	return max(1, seconds(d))
+}
+
+// partitionKey is the draft's pk parameter for key: ";pk=:<base64>:".
+func (p *Policy) partitionKey(key string) string {
+	mac := hmac.New(sha256.New, p.pkSecret)
+	mac.Write([]byte(key))
+	pk, err := httpsfv.Marshal(httpsfv.NewItem(mac.Sum(nil)[:12]))
+	if err != nil { // not reached: any bytes are a Byte Sequence
+		return ""
+	}
+	return ";pk=" + pk
+}
+
+// violated names the list members that denied.
+func violated(quotas []quota, each []core.Result) []string {
+	var names []string
+	for i, r := range each {
+		if !r.Allowed {
+			names = append(names, quotas[i].name)
+		}
+	}
+	return names
 }
 
 // requestQuotas returns what r is decided under: the policy's quotas, or,
@@ -264,7 +328,7 @@ func (p *Policy) requestQuotas(r *http.Request) ([]quota, error) {
 // badRequest answers a request without a key, or whose limits are wrong:
 // 400, or a pass in a dry run.
 func (p *Policy) badRequest(d Decision, err error) Decision {
-	d.Err = err
+	d.Err, d.invalid = err, true
 	if p.dryRun {
 		d.DryRun = true // would have answered 400
 	} else {

@@ -306,10 +306,105 @@ func TestLimitHeaderIsTheBurst(t *testing.T) {
 	if got := w.Header().Get(redlimit.HeaderRemaining); got != "24" {
 		t.Errorf("X-RateLimit-Remaining %q, want 24", got)
 	}
-	if got := w.Header().Get(redlimit.HeaderPolicy); got != `"burst";q=10;w=1` {
-		t.Errorf("RateLimit-Policy %q, want q=10 (the rate)", got)
+	if got := w.Header().Get(redlimit.HeaderPolicy); got != `"burst";q=10;w=1;redlimit-burst=25` {
+		t.Errorf("RateLimit-Policy %q, want q=10 (the rate) and the burst as a vendor parameter", got)
 	}
 	if d, w := decide(p, "192.0.2.9:1"); !d.Skipped || !d.Allowed() || len(w.Header()) != 0 {
 		t.Errorf("skipped request: %+v %v", d, w.Header())
+	}
+}
+
+// TestOutcomes: every path of the request flow reports its one outcome to
+// the observer, with the time the decision took.
+func TestOutcomes(t *testing.T) {
+	t.Parallel()
+	lim, m := embedded(t)
+	var got []redlimit.Decision
+	observe := redlimit.WithObserver(func(_ *http.Request, d redlimit.Decision) { got = append(got, d) })
+	quiet := redlimit.WithErrorHandler(func(*http.Request, error) {})
+	apiKey := redlimit.WithKey(keyfunc.Header("X-Api-Key"))
+	send := func(p *redlimit.Policy, key string) {
+		r := httptest.NewRequest(http.MethodGet, "/skip-me", nil)
+		if key != "" {
+			r.Header.Set("X-Api-Key", key)
+			r.URL.Path = "/"
+		}
+		p.Decide(httptest.NewRecorder(), r)
+	}
+	skip := redlimit.WithSkip(func(r *http.Request) bool { return r.URL.Path == "/skip-me" && r.Header.Get("X-Api-Key") == "" })
+	p := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithName("o"), observe, apiKey, quiet)
+	send(p, "a") // allowed
+	send(p, "a") // denied by Redis
+	send(p, "a") // denied from the deny cache
+	send(p, "")  // no key
+	dry := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithName("dry"), observe, apiKey, redlimit.WithDryRun(), quiet)
+	send(dry, "b")
+	send(dry, "b") // would deny
+	skipped := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithName("skip"), observe, skip, quiet)
+	send(skipped, "")
+	local := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithName("local"), observe, apiKey, quiet,
+		redlimit.WithFailure(redlimit.FailLocal))
+	open := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithName("open"), observe, apiKey, quiet)
+	m.Close()
+	send(local, "c")
+	send(open, "c")
+	var outcomes []string
+	for _, d := range got {
+		outcomes = append(outcomes, string(d.Outcome()))
+		if !d.Skipped && d.Duration <= 0 {
+			t.Errorf("%s: Duration %v, want measured", d.Outcome(), d.Duration)
+		}
+	}
+	want := "allowed denied denied_cached invalid allowed dry_run_denied skipped local error"
+	if strings.Join(outcomes, " ") != want {
+		t.Fatalf("outcomes %v, want %s", outcomes, want)
+	}
+}
+
+// TestLogger: a policy logs to its WithLogger, every line with the policy's
+// name; a dry run logs each would-be denial at debug level and at most one
+// line a second at info level.
+func TestLogger(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	lim, _ := embedded(t)
+	p := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithName("dry"), redlimit.WithDryRun(), redlimit.WithLogger(log))
+	for i := 0; i < 20; i++ {
+		if d, _ := decide(p, "192.0.2.1:1"); !d.Allowed() {
+			t.Fatalf("a dry run blocked: %+v", d)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	var debug, info int
+	for _, line := range lines {
+		if !strings.Contains(line, "policy=dry") {
+			t.Errorf("line without the policy: %s", line)
+		}
+		switch {
+		case strings.Contains(line, "level=DEBUG"):
+			debug++
+		case strings.Contains(line, "level=INFO"):
+			info++
+		}
+	}
+	if debug != 19 || info != 1 {
+		t.Fatalf("%d debug and %d info lines for 19 would-be denials, want 19 and 1:\n%s", debug, info, buf.String())
+	}
+}
+
+// TestObserversCompose: every WithObserver of a policy sees every decision,
+// in the order given.
+func TestObserversCompose(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t)
+	var calls []string
+	p := redlimit.MustPolicy(lim, core.PerHour(5), redlimit.WithName("two-observers"),
+		redlimit.WithObserver(func(*http.Request, redlimit.Decision) { calls = append(calls, "first") }),
+		redlimit.WithObserver(func(*http.Request, redlimit.Decision) { calls = append(calls, "second") }))
+	decide(p, "192.0.2.1:1")
+	decide(p, "192.0.2.1:1")
+	if got := strings.Join(calls, " "); got != "first second first second" {
+		t.Fatalf("observer calls %q", got)
 	}
 }

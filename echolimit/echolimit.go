@@ -4,11 +4,13 @@
 //	g := e.Group("/api", echolimit.New(lim, core.PerSecond(100)))        // a group
 //	e.POST("/login", login, echolimit.New(lim, core.PerMinute(5)))       // one route
 //
-// A request that does not pass is answered by returning an *echo.HTTPError
-// (429, 503 or 400, message from redlimit.Decision.Message, the Redis error
-// attached with WithInternal), which echo's error handler renders; or by
-// the deny handler given with redlimit.WithDenyHandler. Rate-limit headers
-// and Retry-After are set on the response first.
+// A request that does not pass is answered as by every adapter: the JSON
+// body {"error":"rate limit exceeded","retry_after":3}, a problem with
+// redlimit.WithProblemDetails, or the deny handler of
+// redlimit.WithDenyHandler. With redlimit.WithFrameworkErrors the
+// middleware returns an *echo.HTTPError instead (429, 503 or 400, the
+// Redis error attached with WithInternal) for echo's error handler to
+// render. Rate-limit headers and Retry-After are set on the response first.
 //
 // Keys never come from echo's c.RealIP(), which believes X-Forwarded-For
 // unless an IPExtractor is set; the default key is keyfunc.IP(), the peer
@@ -59,15 +61,15 @@ func Middleware(m redlimit.Matcher) echo.MiddlewareFunc {
 			switch {
 			case d.Allowed():
 				return next(c)
-			case p.HasDenyHandler():
-				p.Deny(c.Response(), r, d)
-				return nil
+			case p.FrameworkErrors(): // echo's error handler answers
+				he := echo.NewHTTPError(d.Status, d.Body().Error)
+				if d.Err != nil {
+					he = he.WithInternal(d.Err)
+				}
+				return he
 			}
-			he := echo.NewHTTPError(d.Status, d.Message())
-			if d.Err != nil {
-				he = he.WithInternal(d.Err)
-			}
-			return he
+			p.Deny(c.Response(), r, d)
+			return nil
 		}
 	}
 }

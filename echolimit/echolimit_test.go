@@ -1,11 +1,18 @@
 package echolimit_test
 
 import (
+	"errors"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/echolimit"
 	"github.com/redlimit/redlimit/internal/adaptertest"
 )
@@ -37,7 +44,7 @@ func app(s adaptertest.Spec) (http.Handler, error) {
 	return e, nil
 }
 
-var adapter = adaptertest.Adapter{Name: "echo", App: app, DenyBody: `{"message":"rate limit exceeded"}`}
+var adapter = adaptertest.Adapter{Name: "echo", App: app}
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
@@ -47,3 +54,34 @@ func TestConformance(t *testing.T) {
 // BenchmarkMiddleware: go test ./echolimit -run X -bench . -benchmem; the
 // middleware's cost is "limited" minus "bare".
 func BenchmarkMiddleware(b *testing.B) { adaptertest.Bench(b, adapter) }
+
+// TestFrameworkErrors: with WithFrameworkErrors a denial goes to echo's
+// error handler as an *echo.HTTPError, the headers already set.
+func TestFrameworkErrors(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	var handled error
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		handled = err
+		e.DefaultHTTPErrorHandler(err, c)
+	}
+	e.Use(echolimit.New(core.New(rdb), core.PerMinute(1), redlimit.WithFrameworkErrors()))
+	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+	for i := 0; i < 2; i++ {
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		if i == 0 {
+			continue
+		}
+		var he *echo.HTTPError
+		if !errors.As(handled, &he) || he.Code != http.StatusTooManyRequests {
+			t.Fatalf("the error handler got %v, want an *echo.HTTPError 429", handled)
+		}
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "60" || !strings.Contains(w.Body.String(), `"message":"rate limit exceeded"`) {
+			t.Fatalf("answer %d %v %q", w.Code, w.Header(), w.Body.String())
+		}
+	}
+}

@@ -33,5 +33,5 @@ func ExampleNew() {
 	}
 	// Output:
 	// 200
-	// 429 60 {"message":"rate limit exceeded"}
+	// 429 60 {"error":"rate limit exceeded","retry_after":60}
 }

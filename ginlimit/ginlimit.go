@@ -4,9 +4,10 @@
 //	api.Use(ginlimit.New(lim, core.PerSecond(100)))              // a group
 //	r.POST("/login", ginlimit.New(lim, core.PerMinute(5)), login) // one route
 //
-// A request that does not pass is stopped with c.AbortWithStatusJSON and
-// redlimit.Decision's Body ({"error":"rate limit exceeded","retry_after":3}),
-// or by the deny handler given with redlimit.WithDenyHandler.
+// A request that does not pass is answered as by every adapter (the JSON
+// body {"error":"rate limit exceeded","retry_after":3}, a problem with
+// redlimit.WithProblemDetails, or the deny handler of
+// redlimit.WithDenyHandler) and the chain is aborted with c.Abort.
 //
 // Keys never come from gin's c.ClientIP(), which trusts forwarding headers
 // from every proxy unless SetTrustedProxies was called; the default key is
@@ -50,14 +51,9 @@ func Middleware(m redlimit.Matcher) gin.HandlerFunc {
 		if p == nil {
 			return
 		}
-		d := p.Decide(c.Writer, r)
-		switch {
-		case d.Allowed():
-		case p.HasDenyHandler():
+		if d := p.Decide(c.Writer, r); !d.Allowed() {
 			p.Deny(c.Writer, r, d)
 			c.Abort()
-		default:
-			c.AbortWithStatusJSON(d.Status, d.Body())
 		}
 	}
 }

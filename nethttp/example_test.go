@@ -65,10 +65,13 @@ func Example_withAlso() {
 		app.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
 		fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"), "|", strings.Join(w.Header().Values("RateLimit"), ", "))
 	}
+	// t is the seconds until more quota is available; on the 429 the
+	// hour's is left out, since it would be later than Retry-After (30).
+	//
 	// Output:
 	// 200 "api";q=2;w=60 | "api";r=1;t=30, "api-1h";r=2;t=3600
-	// 200 "api";q=2;w=60 | "api";r=0;t=60, "api-1h";r=1;t=3600
-	// 429 "api";q=2;w=60 | "api";r=0;t=60, "api-1h";r=1;t=3600
+	// 200 "api";q=2;w=60 | "api";r=0;t=30, "api-1h";r=1;t=3600
+	// 429 "api";q=2;w=60 | "api";r=0;t=30, "api-1h";r=1
 }
 
 func ExampleRules_catchAll() {

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/examples/internal/run"
 )
 
 // limits are drawn top to bottom, all 10 per second.
@@ -60,10 +61,18 @@ type outcome struct {
 	served  time.Duration // at + Delay, when allowed
 }
 
+// command is what -h says.
+var command = run.Command{
+	Path: "go run ./examples/chart",
+	Doc: `Draws what every algorithm admits of the same bursty traffic, as an SVG.
+It runs on an embedded miniredis with a controlled clock, so the picture
+is the same on every run; it reads no environment variables.`,
+}
+
 func main() {
 	out := flag.String("o", "docs/algorithms.svg", "where to write the SVG")
-	flag.Parse()
-	panels, err := run()
+	command.Parse()
+	panels, err := simulate()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -80,9 +89,10 @@ func main() {
 	fmt.Println("wrote", *out)
 }
 
-// run sends every arrival through every limit, in time order, on embedded
-// Redis, with the Limiter's clock (and Redis's) set to each arrival.
-func run() ([][]outcome, error) {
+// simulate sends every arrival through every limit, in time order, on
+// embedded Redis, with the Limiter's clock (and Redis's) set to each
+// arrival.
+func simulate() ([][]outcome, error) {
 	m, err := miniredis.Run()
 	if err != nil {
 		return nil, err

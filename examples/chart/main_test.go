@@ -6,10 +6,19 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/redlimit/redlimit/examples/internal/run"
 )
 
+func TestMain(m *testing.M) { run.TestMain(m, main) }
+
+// TestHelp: -h documents the flag, and that no environment is read.
+func TestHelp(t *testing.T) {
+	run.CheckHelp(t, "Usage: go run ./examples/chart", "-o string", "reads no environment variables")
+}
+
 func TestChart(t *testing.T) {
-	panels, err := run()
+	panels, err := simulate()
 	if err != nil {
 		t.Fatal(err)
 	}

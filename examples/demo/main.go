@@ -55,7 +55,22 @@ var limits = []core.Limit{
 	{Algorithm: core.SlidingLog, Rate: 5, Period: time.Second},
 }
 
+// command is what -h says.
+var command = run.Command{
+	Path: "go run ./examples/demo",
+	Doc: `Sends the same bursts of requests through every redlimit algorithm and
+prints what each one admitted, then sends requests through one limit in
+net/http, gin and echo and prints what a client sees.`,
+	Env: []string{run.RedisURL},
+}
+
 func main() {
+	command.Parse()
+	demo()
+}
+
+// demo prints the tables.
+func demo() {
 	rdb, where, stop, err := run.Redis()
 	if err != nil {
 		log.Fatal(err)

@@ -5,12 +5,14 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/redlimit/redlimit/examples/internal/run"
 )
 
 // TestDemo runs the demo on embedded Redis and checks its table.
 func TestDemo(t *testing.T) {
 	t.Setenv("REDIS_URL", "")
-	out := captureStdout(t, main)
+	out := captureStdout(t, demo)
 	for _, want := range []string{
 		"5/s gcra                  +++++-- rem 0 retry 200ms",
 		"5/s token_bucket stepped  +++++-- rem 0 retry 1s",
@@ -19,7 +21,8 @@ func TestDemo(t *testing.T) {
 		"------ rem 0 retry 20ms",
 		"net/http   3    429     2                  0          1      1            {\"error\":\"rate limit exceeded\",\"retry_after\":1}",
 		"gin        2    200     2                  0          1                   hello",
-		"echo       3    429     2                  0          1      1            {\"message\":\"rate limit exceeded\"}",
+		"gin        3    429     2                  0          1      1            {\"error\":\"rate limit exceeded\",\"retry_after\":1}",
+		"echo       3    429     2                  0          1      1            {\"error\":\"rate limit exceeded\",\"retry_after\":1}",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
@@ -28,6 +31,13 @@ func TestDemo(t *testing.T) {
 	if got := strings.Count(out, "  10\n"); got != len(limits)-1 {
 		t.Errorf("%d limits admitted 10 of 15, want all but the sliding window (%d):\n%s", got, len(limits)-1, out)
 	}
+}
+
+func TestMain(m *testing.M) { run.TestMain(m, main) }
+
+// TestHelp: -h names the environment variable and its default.
+func TestHelp(t *testing.T) {
+	run.CheckHelp(t, "Usage: go run ./examples/demo", "REDIS_URL", "embedded miniredis")
 }
 
 func captureStdout(t *testing.T, f func()) string {

@@ -1,8 +1,11 @@
 // Command gin is a small gin API behind redlimit: a limit for the whole
 // router per client address, and a stricter one on POST /login.
 //
-//	go run ./examples/gin                # embedded Redis; REDIS_URL for a real one
+//	go run ./examples/gin            # on localhost:8080, limits in embedded Redis
 //	curl -i localhost:8080/hello
+//
+// ADDR sets the address to listen on, REDIS_URL a real Redis to keep the
+// limits in (REDIS_URL=redis://localhost:6379/0); -h says so.
 package main
 
 import (
@@ -38,4 +41,16 @@ func newApp(lim *core.Limiter) http.Handler {
 // hourly is the API's quota: 1000 requests an hour, in fixed windows.
 var hourly = core.Limit{Algorithm: core.FixedWindow, Rate: 1000, Period: time.Hour}
 
-func main() { run.Serve("gin", newApp) }
+// command is what -h says.
+var command = run.Command{
+	Path: "go run ./examples/gin",
+	Doc: `A small gin API behind redlimit. Per client address: 10 requests a second
+and 1000 an hour on the whole router, and 3 login attempts a minute on
+POST /login. It prints the curl commands to try it.`,
+	Env: []string{run.Addr, run.RedisURL},
+}
+
+func main() {
+	command.Parse()
+	run.Serve("gin", newApp)
+}

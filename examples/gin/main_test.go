@@ -7,3 +7,10 @@ import (
 )
 
 func TestApp(t *testing.T) { run.Check(t, newApp) }
+
+func TestMain(m *testing.M) { run.TestMain(m, main) }
+
+// TestHelp: -h names the environment variables and their defaults.
+func TestHelp(t *testing.T) {
+	run.CheckHelp(t, "Usage: go run ./examples/gin", "ADDR", "localhost:8080", "REDIS_URL", "embedded miniredis")
+}

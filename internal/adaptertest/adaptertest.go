@@ -5,12 +5,14 @@ package adaptertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/dunglas/httpsfv"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit"
@@ -50,8 +53,6 @@ type Adapter struct {
 	// POST /login, each answering 200 "ok", and the middleware of s,
 	// written in the framework's own way. It returns the rules' error.
 	App func(s Spec) (http.Handler, error)
-	// DenyBody is a fragment of the framework's default 429 body.
-	DenyBody string
 }
 
 // t0 is the embedded Redis's clock: it stands still unless a test moves it.
@@ -178,6 +179,10 @@ func Run(t *testing.T, a Adapter) {
 		{"RulesCatchAll", testRulesCatchAll},
 		{"RequestLimits", testRequestLimits},
 		{"InstancesOneDecision", testInstancesOneDecision},
+		{"DraftHeaders", testDraftHeaders},
+		{"ProblemDetails", testProblemDetails},
+		{"RetryAfterJitter", testRetryAfterJitter},
+		{"ResetUnix", testResetUnix},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -198,8 +203,12 @@ func testHeaders(t *testing.T, a Adapter) {
 	w := req{}.send(h)
 	expect(t, "over the limit", w, http.StatusTooManyRequests,
 		"X-RateLimit-Limit", "3", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "60", "Retry-After", "20")
-	if !strings.Contains(w.Body.String(), a.DenyBody) {
-		t.Fatalf("429 body %q lacks %q", w.Body.String(), a.DenyBody)
+	// One default body in every adapter.
+	if got, want := w.Body.String(), `{"error":"rate limit exceeded","retry_after":20}`+"\n"; got != want {
+		t.Fatalf("429 body %q, want %q", got, want)
+	}
+	if got := w.Header().Get("Content-Type"); got != "application/json; charset=utf-8" {
+		t.Fatalf("429 Content-Type %q", got)
 	}
 }
 
@@ -474,15 +483,16 @@ func testShaping(t *testing.T, a Adapter) {
 
 	// A client that leaves while queued is not served. The context is
 	// cancelled once Redis holds the request's place in the queue: while
-	// the middleware waits its Delay of a second.
+	// the middleware waits its Delay of ten seconds (long, so that a loaded
+	// machine cannot let the wait end first).
 	m := miniredis.RunT(t)
 	m.SetTime(t0)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	slow := core.Limit{Algorithm: core.LeakyBucket, Rate: 1, Period: time.Second, Burst: 2, Shape: true}
+	slow := core.Limit{Algorithm: core.LeakyBucket, Rate: 1, Period: 10 * time.Second, Burst: 2, Shape: true}
 	h = build(t, a, Spec{Limiter: core.New(rdb), Global: &Mw{slow, []redlimit.Option{redlimit.WithName("queue")}}})
 	expect(t, "first in an empty queue", req{}.send(h), http.StatusOK)
-	key := "redlimit:queue:{ip:203.0.113.7}:leaky_bucket:1s"
+	key := "redlimit:queue:{ip:203.0.113.7}:leaky_bucket:10s"
 	level := m.HGet(key, "l")
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
@@ -760,6 +770,150 @@ func testInstancesOneDecision(t *testing.T, a Adapter) {
 			t.Fatalf("one client's state is in %d slots, %d keys: %v; want one slot, 3 keys", len(slots), n, slots)
 		}
 	})
+}
+
+// testDraftHeaders: the IETF draft's fields (draft-ietf-httpapi-ratelimit-
+// headers-10) as its text says: valid structured-field lists; w a whole
+// number of seconds, q scaled to it (3 per 500ms is q=6;w=1); the burst as
+// a vendor parameter; t the seconds until more quota is available (not
+// until the whole allowance is back), never later than Retry-After on a
+// 429; pk a keyed hash of the key, never the address.
+func testDraftHeaders(t *testing.T, a Adapter) {
+	draft := redlimit.WithHeaders(redlimit.HeadersDraft)
+	parse := func(what string, w *httptest.ResponseRecorder, field string) httpsfv.List {
+		t.Helper()
+		l, err := httpsfv.UnmarshalList(w.Header().Values(field))
+		if err != nil {
+			t.Fatalf("%s: %s %q is not a structured-field list: %v", what, field, w.Header().Values(field), err)
+		}
+		return l
+	}
+	param := func(l httpsfv.List, i int, name string) any {
+		v, _ := l[i].(httpsfv.Item).Params.Get(name)
+		return v
+	}
+
+	// A GCRA of 3 a minute, bursts of 5: more quota every 20 s.
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.Limit{Rate: 3, Period: time.Minute, Burst: 5},
+		[]redlimit.Option{redlimit.WithName("g"), draft}}})
+	w := req{}.send(h)
+	expect(t, "first", w, http.StatusOK, "RateLimit-Policy", `"g";q=3;w=60;redlimit-burst=5`, "RateLimit", `"g";r=4;t=20`)
+	parse("first", w, "RateLimit-Policy")
+	parse("first", w, "RateLimit")
+	for i := 0; i < 4; i++ {
+		req{}.send(h)
+	}
+	w = req{}.send(h)
+	expect(t, "denied", w, http.StatusTooManyRequests, "RateLimit", `"g";r=0;t=20`, "Retry-After", "20")
+
+	// Sub-second periods scale to a whole-second window.
+	h = build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.Limit{Rate: 3, Period: 500 * time.Millisecond},
+		[]redlimit.Option{redlimit.WithName("fast"), draft}}})
+	w = req{}.send(h)
+	if l := parse("3/500ms", w, "RateLimit-Policy"); param(l, 0, "q") != int64(6) || param(l, 0, "w") != int64(1) {
+		t.Fatalf("3/500ms: RateLimit-Policy %q, want q=6;w=1", w.Header().Get("RateLimit-Policy"))
+	}
+
+	// A token bucket whose burst is spent but refills fast, beside a quota
+	// that refills in an hour: on the 429, each t is at most Retry-After;
+	// the hour's would not be, so it is left out.
+	hourly := core.Limit{Algorithm: core.FixedWindow, Rate: 100, Period: time.Hour}
+	h = build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.Limit{Algorithm: core.TokenBucket, Rate: 1, Period: time.Second, Burst: 2},
+		[]redlimit.Option{redlimit.WithName("tb"), redlimit.WithAlso(hourly), draft}}})
+	req{}.send(h)
+	req{}.send(h)
+	w = req{}.send(h)
+	expect(t, "the bucket denies", w, http.StatusTooManyRequests, "Retry-After", "1")
+	l := parse("denied", w, "RateLimit")
+	if len(l) != 2 || param(l, 0, "t") != int64(1) || param(l, 1, "t") != nil || param(l, 1, "r") != int64(98) {
+		t.Fatalf("RateLimit %q: want the bucket's t=1 and the quota's r=98 without t", w.Header().Values("RateLimit"))
+	}
+
+	// pk: a keyed hash, the same for one client, different for another,
+	// never the address itself.
+	secret := redlimit.WithPartitionKey([]byte("0123456789abcdef-secret"))
+	h = build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(10), []redlimit.Option{redlimit.WithName("pk"), draft, secret}}})
+	pk := func(remote string) []byte {
+		w := req{remote: remote}.send(h)
+		v, ok := param(parse("pk", w, "RateLimit"), 0, "pk").([]byte)
+		if !ok || len(v) != 12 {
+			t.Fatalf("pk %v in %q, want 12 bytes", v, w.Header().Values("RateLimit"))
+		}
+		return v
+	}
+	first, again, other := pk("203.0.113.7:1"), pk("203.0.113.7:2"), pk("198.51.100.1:1")
+	if string(first) != string(again) || string(first) == string(other) || strings.Contains(string(first), "203.0.113.7") {
+		t.Fatalf("pk %x, %x (same client), %x (another): want equal for one client, different for another", first, again, other)
+	}
+}
+
+// testProblemDetails: with WithProblemDetails, a denial is an RFC 9457
+// problem of the draft's quota-exceeded type naming the policies that
+// denied; other answers are about:blank problems.
+func testProblemDetails(t *testing.T, a Adapter) {
+	problem := redlimit.WithProblemDetails()
+	hourly := core.Limit{Algorithm: core.FixedWindow, Rate: 1, Period: time.Hour}
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{redlimit.WithName("api"), redlimit.WithAlso(hourly), problem}}})
+	req{}.send(h)
+	w := req{}.send(h)
+	// Both deny; the binding one waits longest.
+	expect(t, "denied", w, http.StatusTooManyRequests, "Content-Type", "application/problem+json", "Retry-After", "3600")
+	var body struct {
+		Type, Title string
+		Status      int
+		Violated    []string `json:"violated-policies"`
+		RetryAfter  int64    `json:"retry_after"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+		t.Fatalf("problem body %q: %v", w.Body.String(), err)
+	}
+	if body.Type != redlimit.ProblemQuotaExceeded || body.Status != 429 || fmt.Sprint(body.Violated) != "[api api-1h]" || body.RetryAfter != 3600 || body.Title == "" {
+		t.Fatalf("problem %+v from %q", body, w.Body.String())
+	}
+	h = build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{redlimit.WithKey(keyfunc.Header("X-Api-Key")), problem}}})
+	w = req{}.send(h)
+	expect(t, "no key", w, http.StatusBadRequest, "Content-Type", "application/problem+json")
+	if !strings.Contains(w.Body.String(), `"type":"about:blank"`) || !strings.Contains(w.Body.String(), `"status":400`) {
+		t.Fatalf("400 problem %q", w.Body.String())
+	}
+}
+
+// testRetryAfterJitter: clients denied at the same instant are told to
+// come back at different seconds, never before their allowance is back,
+// and the body says what the header says.
+func testRetryAfterJitter(t *testing.T, a Adapter) {
+	jitter := redlimit.WithRetryAfterJitter(20 * time.Second)
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{jitter}}})
+	seen := map[string]bool{}
+	for i := 0; i < 40; i++ {
+		r := req{remote: fmt.Sprintf("198.51.100.%d:1", i)}
+		r.send(h)
+		w := r.send(h)
+		expect(t, "denied", w, http.StatusTooManyRequests)
+		ra := w.Header().Get("Retry-After")
+		n, err := strconv.Atoi(ra)
+		if err != nil || n < 60 || n > 80 {
+			t.Fatalf("Retry-After %q: want 60 to 80 (the 60 s the limit needs, plus up to 20)", ra)
+		}
+		if !strings.Contains(w.Body.String(), `"retry_after":`+ra+"}") {
+			t.Fatalf("body %q does not say Retry-After %s", w.Body.String(), ra)
+		}
+		seen[ra] = true
+	}
+	if len(seen) < 5 {
+		t.Fatalf("40 clients denied together were told %d different Retry-After values: %v", len(seen), seen)
+	}
+}
+
+// testResetUnix: WithResetUnix sends X-RateLimit-Reset as a Unix time.
+func testResetUnix(t *testing.T, a Adapter) {
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{redlimit.WithResetUnix()}}})
+	before := time.Now()
+	w := req{}.send(h)
+	reset, err := strconv.ParseInt(w.Header().Get("X-RateLimit-Reset"), 10, 64)
+	if err != nil || reset < before.Add(60*time.Second).Unix() || reset > time.Now().Add(61*time.Second).Unix() {
+		t.Fatalf("X-RateLimit-Reset %q, want the Unix time a minute from now", w.Header().Get("X-RateLimit-Reset"))
+	}
 }
 
 // Bench measures one request through the app with a global limit ("limited")

@@ -31,6 +31,11 @@ import (
 // redis-server from a skip into a failure when set to "1".
 const RequireEnv = "REDLIMIT_REQUIRE_REDIS"
 
+// Missing begins every skip and failure message of a test that needs
+// redis-server when none is on PATH. internal/cmd/testall counts the tests
+// whose output carries it, to say how many could not run.
+const Missing = "redistest: redis-server is not on PATH"
+
 // startTimeout bounds how long a server or cluster may take to come up.
 const startTimeout = 20 * time.Second
 
@@ -58,7 +63,7 @@ func serverPath(t testing.TB) string {
 	if err == nil {
 		return path
 	}
-	msg := "redistest: redis-server is not on PATH: tests against real Redis CANNOT RUN. " +
+	msg := Missing + ": tests against real Redis CANNOT RUN. " +
 		"Install it (apt-get install redis-server) or run .ci/run."
 	if os.Getenv(RequireEnv) == "1" {
 		t.Fatalf("%s %s=1 makes this a failure.", msg, RequireEnv)

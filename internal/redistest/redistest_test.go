@@ -260,13 +260,13 @@ func TestMissingServer(t *testing.T) {
 
 	t.Setenv(redistest.RequireEnv, "")
 	r := run(t)
-	if r.failed != "" || !strings.Contains(r.skipped, "SKIPPING") {
+	if r.failed != "" || !strings.Contains(r.skipped, "SKIPPING") || !strings.HasPrefix(r.skipped, redistest.Missing) {
 		t.Errorf("without %s: skipped %q, failed %q; want a loud skip", redistest.RequireEnv, r.skipped, r.failed)
 	}
 
 	t.Setenv(redistest.RequireEnv, "1")
 	r = run(t)
-	if r.skipped != "" || !strings.Contains(r.failed, "failure") {
+	if r.skipped != "" || !strings.Contains(r.failed, "failure") || !strings.HasPrefix(r.failed, redistest.Missing) {
 		t.Errorf("with %s=1: skipped %q, failed %q; want a failure", redistest.RequireEnv, r.skipped, r.failed)
 	}
 }

@@ -117,7 +117,7 @@ func TestHist(t *testing.T) {
 // and gone after stop.
 func TestStartRedis(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv(redistest.RequireEnv) != "1" {
-		t.Skipf("redis-server is not on PATH: %v", err)
+		t.Skipf("%s: %v", redistest.Missing, err)
 	}
 	addr, stop, err := startRedis("redis-server")
 	if err != nil {

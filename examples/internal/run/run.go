@@ -1,15 +1,23 @@
-// Package run holds what the example programs share: a Redis to talk to
+// Package run holds what the example programs share: their command line
+// (-h documents the environment variables each reads), a Redis to talk to
 // (REDIS_URL, else an embedded miniredis, so every example runs with no
-// setup), serving an example app, and the check their tests run.
+// setup), serving an example app, and the checks their tests run.
 package run
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -17,11 +25,89 @@ import (
 	"github.com/redlimit/redlimit/core"
 )
 
+// The environment variables the examples read.
+const (
+	// Addr is the address the servers (nethttp, gin, echo) listen on.
+	Addr = "ADDR"
+	// RedisURL is the Redis that keeps the limits, redis://host:port/db;
+	// when it is unset or empty, an embedded miniredis does.
+	RedisURL = "REDIS_URL"
+)
+
+// DefaultAddr is where the servers listen when ADDR is unset or empty.
+const DefaultAddr = "localhost:8080"
+
+// envHelp documents each variable for -h: what it is, then its default.
+var envHelp = map[string][2]string{
+	Addr:     {"the address to listen on, host:port", "default " + DefaultAddr},
+	RedisURL: {"the Redis that keeps the limits, redis://[[user]:password@]host:port[/db]", "default: an embedded miniredis, nothing to set up"},
+}
+
+// Command describes an example program for its -h.
+type Command struct {
+	Path string   // how to run it: "go run ./examples/nethttp"
+	Doc  string   // what it does, in a sentence or two
+	Env  []string // the environment variables it reads: Addr, RedisURL
+}
+
+// Parse parses the program's command line (flag.CommandLine, with the
+// flags the program defined). -h and -help print c's usage to stdout and
+// exit 0; a bad flag or an argument prints the error and the usage to
+// stderr and exits 2.
+func (c Command) Parse() {
+	if code, exit := c.parse(flag.CommandLine, os.Args[1:], os.Stdout); exit {
+		os.Exit(code)
+	}
+}
+
+// parse parses args with fs, writing -h's usage to stdout and errors to
+// fs.Output(). It returns the exit status and whether to exit.
+func (c Command) parse(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, exit bool) {
+	fs.Init(fs.Name(), flag.ContinueOnError)
+	fs.Usage = func() {} // printed below, to the right place
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		c.Usage(stdout, fs)
+		return 0, true
+	case err != nil: // fs printed it
+	case fs.NArg() > 0:
+		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
+	default:
+		return 0, false
+	}
+	c.Usage(fs.Output(), fs)
+	return 2, true
+}
+
+// Usage writes how to run the program, what it does, the environment
+// variables it reads with their defaults, and fs's flags.
+func (c Command) Usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: %s [flags]\n\n%s\n", c.Path, c.Doc)
+	if len(c.Env) > 0 {
+		fmt.Fprintf(w, "\nEnvironment:\n")
+		width := 0
+		for _, name := range c.Env {
+			width = max(width, len(name))
+		}
+		for _, name := range c.Env {
+			help := envHelp[name]
+			fmt.Fprintf(w, "  %-*s  %s\n  %-*s  (%s)\n", width, name, help[0], width, "", help[1])
+		}
+	}
+	fmt.Fprintf(w, "\nFlags:\n")
+	out := fs.Output()
+	defer fs.SetOutput(out)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fmt.Fprintf(w, "  -h\tprint this help\n")
+}
+
 // Redis returns a client of the server at REDIS_URL (redis://host:port/db)
 // when it is set, else of an embedded miniredis; a description of where it
 // points; and a function that closes both.
 func Redis() (rdb *redis.Client, where string, stop func(), err error) {
-	if url := os.Getenv("REDIS_URL"); url != "" {
+	if url := os.Getenv(RedisURL); url != "" {
 		opts, err := redis.ParseURL(url)
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("REDIS_URL: %w", err)
@@ -48,13 +134,51 @@ func Serve(framework string, newApp func(*core.Limiter) http.Handler) {
 		log.Fatal(err)
 	}
 	defer stop()
-	addr := os.Getenv("ADDR")
+	addr := os.Getenv(Addr)
 	if addr == "" {
-		addr = "localhost:8080"
+		addr = DefaultAddr
 	}
 	fmt.Printf("%s example on http://%s, limits kept in %s\n", framework, addr, where)
 	fmt.Printf("try:\n  curl -i http://%s/hello\n  for i in 1 2 3 4; do curl -i -X POST http://%s/login; done\n", addr, addr)
 	log.Fatal(http.ListenAndServe(addr, newApp(core.New(rdb))))
+}
+
+// mainEnv, set to "1", makes an example's test binary run the example's
+// main instead of its tests (see TestMain).
+const mainEnv = "REDLIMIT_EXAMPLE_MAIN"
+
+// TestMain is an example's TestMain: it runs the tests, or, in the test
+// binary CheckHelp starts, the example's main, on a command line of its
+// own (without the test flags).
+func TestMain(m *testing.M, main func()) {
+	if os.Getenv(mainEnv) == "1" {
+		flag.CommandLine = flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// CheckHelp runs the example with -h, as `go run ./examples/NAME -h` does
+// (its own test binary, through TestMain, so nothing is built), and checks
+// that it exits 0 and prints each of want.
+func CheckHelp(t *testing.T, want ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-h")
+	// Were -h ignored, a server would start: on a port of its own.
+	cmd.Env = append(os.Environ(), mainEnv+"=1", Addr+"=127.0.0.1:0", RedisURL+"=")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("-h: %v\nstdout:\n%s\nstderr:\n%s", err, &stdout, &stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(stdout.String(), w) {
+			t.Errorf("-h does not print %q:\n%s", w, &stdout)
+		}
+	}
 }
 
 // Check is the examples' test: /hello answers with rate-limit headers and

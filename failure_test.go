@@ -1,0 +1,128 @@
+package redlimit
+
+import (
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// localBytesPerEntry bounds the live heap the FailLocal fallback keeps per
+// state (one key under one limit) once full. Measured: 193 bytes (Go 1.26,
+// amd64) for this test's state names of 29 and 40 bytes (scope "api",
+// algorithm, period, and a key "ip:" and six digits): the LRU's map slot,
+// its list element holding the name and the time, and the name's bytes,
+// so a longer key or scope costs its length more (keys over 128 bytes are
+// hashed to 71).
+const localBytesPerEntry = 256
+
+// TestLocalLimiterMillionKeys drives FailLocal's limiter with a million
+// distinct keys, two limits each, as a flood of new clients during an
+// outage would: it never holds more than its bound of states, and its
+// live heap stays proportional to that bound, not to the keys seen.
+// Not parallel: it measures the heap.
+//
+// The race detector makes it five times slower and adds nothing to one
+// goroutine's test, so under -race it stops at 200 000 keys, still over
+// six times the bound.
+func TestLocalLimiterMillionKeys(t *testing.T) {
+	const max = 30_000
+	keys := 1_000_000
+	if raceEnabled() {
+		keys = 200_000
+	}
+	terms := []core.Term{
+		{Scope: "api", Limit: core.PerSecond(10), N: 2},
+		{Scope: "api", Limit: core.Limit{Algorithm: core.FixedWindow, Rate: 1000, Period: time.Hour}, N: 2},
+	}
+	each := make([]core.Result, len(terms))
+
+	before := liveHeap()
+	l := newLocalLimiter(max)
+	now := time.Unix(1_700_000_000, 0)
+	var mid uint64
+	buf := []byte("ip:")
+	for i := range keys {
+		key := string(strconv.AppendInt(buf[:3], int64(i), 10))
+		if res := l.allow(key, terms, now, each); !res.Allowed {
+			t.Fatalf("key %d, new, denied: %+v", i, res)
+		}
+		if n := l.size(); n > max {
+			t.Fatalf("after %d keys, %d states kept, over the bound %d", i+1, n, max)
+		}
+		if i == keys/4 {
+			mid = liveHeap()
+		}
+		now = now.Add(time.Microsecond)
+	}
+	if n := l.size(); n != max {
+		t.Errorf("%d states kept after %d keys, want the bound, %d", n, keys, max)
+	}
+	// The most recent keys are remembered: a second request of the last
+	// one is decided on its state, the first one's was evicted.
+	last := "ip:" + strconv.Itoa(keys-1)
+	if res := l.allow(last, terms, now, each); res.Remaining != terms[0].Limit.Capacity()-2*terms[0].N {
+		t.Errorf("the last key's second request: Remaining %d, want %d", res.Remaining, terms[0].Limit.Capacity()-2*terms[0].N)
+	}
+	if res := l.allow("ip:0", terms, now, each); res.Remaining != terms[0].Limit.Capacity()-terms[0].N {
+		t.Errorf("the first key's second request: Remaining %d, want %d (evicted)", res.Remaining, terms[0].Limit.Capacity()-terms[0].N)
+	}
+
+	end := liveHeap()
+	runtime.KeepAlive(l)
+	used := int64(end) - int64(before)
+	perEntry := float64(used) / max
+	t.Logf("%d states kept after %d keys × %d limits: live heap %d bytes, %.0f bytes per state (%d at a quarter of the keys)",
+		max, keys, len(terms), used, perEntry, int64(mid)-int64(before))
+	if used > localBytesPerEntry*max {
+		t.Errorf("live heap %d bytes for %d states (%.0f each), over %d each", used, max, perEntry, localBytesPerEntry)
+	}
+	if grown := int64(end) - int64(mid); grown > localBytesPerEntry*max/10 {
+		t.Errorf("live heap grew by %d bytes between a quarter and all of the keys, with the bound reached", grown)
+	}
+}
+
+// raceEnabled reports whether the test binary was built with -race.
+func raceEnabled() bool {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range info.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}
+
+// liveHeap returns the bytes of live heap objects after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// TestLocalLimiterKeepsDeniedKeys: a key that keeps being denied stays in
+// the fallback's memory while new keys arrive; forgetting it first would
+// hand it a fresh allowance.
+func TestLocalLimiterKeepsDeniedKeys(t *testing.T) {
+	t.Parallel()
+	l := newLocalLimiter(3)
+	terms := []core.Term{{Scope: "api", Limit: core.PerHour(1), N: 1}}
+	each := make([]core.Result, 1)
+	now := time.Unix(1_700_000_000, 0)
+	if res := l.allow("abuser", terms, now, each); !res.Allowed {
+		t.Fatalf("first request denied: %+v", res)
+	}
+	for i := 0; i < 10; i++ {
+		if res := l.allow("abuser", terms, now, each); res.Allowed {
+			t.Fatalf("after %d new keys the abuser was allowed again: its state was forgotten", i)
+		}
+		l.allow("ip:"+strconv.Itoa(i), terms, now, each)
+	}
+}
