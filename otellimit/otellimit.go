@@ -1,0 +1,279 @@
+// Package otellimit records redlimit's decisions as OpenTelemetry metrics,
+// through the go.opentelemetry.io/otel/metric API; any SDK and exporter
+// takes them from there. It is a module of its own, so that users of
+// redlimit who do not use OpenTelemetry never download it.
+//
+//	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))      // export: OTLP, Prometheus, ...
+//	metrics, err := otellimit.New(mp)                                   // construct (nil: the global provider)
+//	h := nethttp.New(lim, core.PerMinute(100), metrics.Observer())(api) // plug into the middleware
+//
+// The instruments, of the meter "github.com/redlimit/redlimit/otellimit":
+//
+//	redlimit.decisions          counter, {decision}   redlimit.policy, redlimit.outcome
+//	redlimit.decision.duration  histogram, s          redlimit.policy (DefaultBuckets)
+//	redlimit.breaker.open       gauge, 1 while open   redlimit.limiter (WatchLimiter)
+//
+// Through a Prometheus exporter they read as promlimit's metrics do:
+// redlimit_decisions_total, redlimit_decision_duration_seconds and
+// redlimit_breaker_open.
+//
+// redlimit.outcome is one of the redlimit.Outcome values: allowed, denied,
+// denied_cached, dry_run_denied, local, error, invalid, skipped.
+// redlimit.policy is the policy's name (redlimit.WithName, its limits by
+// default, or a rules table's pattern): a set fixed when the middleware is
+// built, never taken from a request's path or key, so the number of
+// attribute sets is bounded by the policies you configure times eight
+// outcomes.
+package otellimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
+)
+
+// ScopeName is the name of the meter the instruments belong to.
+const ScopeName = "github.com/redlimit/redlimit/otellimit"
+
+// The instrument names.
+const (
+	// DecisionsName counts decisions, by policy and outcome.
+	DecisionsName = "redlimit.decisions"
+	// DurationName is the histogram of how long decisions took, Redis
+	// included, in seconds, by policy. Skipped requests are not in it.
+	DurationName = "redlimit.decision.duration"
+	// BreakerName is 1 while a Limiter's breaker is open (Redis kept
+	// failing; decisions fail at once), else 0, by limiter.
+	BreakerName = "redlimit.breaker.open"
+)
+
+// The attribute keys.
+const (
+	// PolicyKey is the policy's name (redlimit.Decision.Policy).
+	PolicyKey = attribute.Key("redlimit.policy")
+	// OutcomeKey is what became of the request (redlimit.Decision.Outcome).
+	OutcomeKey = attribute.Key("redlimit.outcome")
+	// LimiterKey is the name given to WatchLimiter.
+	LimiterKey = attribute.Key("redlimit.limiter")
+)
+
+// DefaultBuckets returns the duration histogram's default bucket
+// boundaries, in seconds: from 100 µs (a decision on a local Redis, or
+// answered by the deny cache or an open breaker) through 1 ms (a round trip
+// within a data centre), 100 ms (the default timeout, core.DefaultTimeout)
+// up to 1 s (a long timeout, or a shaping limit's wait). They are
+// promlimit's.
+func DefaultBuckets() []float64 {
+	return []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+}
+
+// Option configures Metrics.
+type Option func(*config)
+
+type config struct {
+	buckets []float64
+}
+
+// WithBuckets sets the duration histogram's bucket boundaries, in seconds,
+// increasing. The default is DefaultBuckets(). A View of the SDK can
+// override them.
+func WithBuckets(bounds ...float64) Option {
+	return func(c *config) { c.buckets = slices.Clone(bounds) }
+}
+
+// Metrics counts and times redlimit's decisions. Create it with New, plug
+// it into policies with Observer (or call Observe from an observer of your
+// own), and watch Limiters' breakers with WatchLimiter. It is safe for
+// concurrent use.
+type Metrics struct {
+	decisions metric.Int64Counter
+	duration  metric.Float64Histogram
+
+	// policies caches each policy's attribute sets, as measurement
+	// options, so that a decision builds none: name -> *policyAttrs.
+	policies sync.Map
+	observe  func(*http.Request, redlimit.Decision)
+
+	mu       sync.Mutex
+	limiters []watched
+}
+
+// policyAttrs are one policy's measurement options.
+type policyAttrs struct {
+	outcomes [len(outcomes)][]metric.AddOption
+	duration []metric.RecordOption
+}
+
+type watched struct {
+	name string
+	lim  *core.Limiter
+	opts []metric.ObserveOption
+}
+
+// outcomes are the outcomes cached per policy, in the order of outcomeIndex.
+var outcomes = [...]redlimit.Outcome{
+	redlimit.OutcomeAllowed, redlimit.OutcomeDenied, redlimit.OutcomeCached, redlimit.OutcomeDryRun,
+	redlimit.OutcomeLocal, redlimit.OutcomeError, redlimit.OutcomeInvalid, redlimit.OutcomeSkipped,
+}
+
+// outcomeIndex is o's index in outcomes, or -1 for an outcome this version
+// does not know (its attributes are then built for the decision).
+func outcomeIndex(o redlimit.Outcome) int {
+	switch o {
+	case redlimit.OutcomeAllowed:
+		return 0
+	case redlimit.OutcomeDenied:
+		return 1
+	case redlimit.OutcomeCached:
+		return 2
+	case redlimit.OutcomeDryRun:
+		return 3
+	case redlimit.OutcomeLocal:
+		return 4
+	case redlimit.OutcomeError:
+		return 5
+	case redlimit.OutcomeInvalid:
+		return 6
+	case redlimit.OutcomeSkipped:
+		return 7
+	}
+	return -1
+}
+
+// New creates the instruments with a meter of mp, named ScopeName; a nil mp
+// means the global one, otel.GetMeterProvider(). An error is the meter's,
+// or invalid buckets.
+func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
+	c := config{buckets: DefaultBuckets()}
+	for _, opt := range opts {
+		opt(&c)
+	}
+	if len(c.buckets) == 0 {
+		return nil, errors.New("otellimit: WithBuckets without buckets")
+	}
+	for i := 1; i < len(c.buckets); i++ {
+		if c.buckets[i] <= c.buckets[i-1] {
+			return nil, fmt.Errorf("otellimit: buckets %v are not increasing", c.buckets)
+		}
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	meter := mp.Meter(ScopeName)
+	m := &Metrics{}
+	var err error
+	m.decisions, err = meter.Int64Counter(DecisionsName, metric.WithUnit("{decision}"),
+		metric.WithDescription("Rate limit decisions, by policy and outcome (allowed, denied, denied_cached, dry_run_denied, local, error, invalid, skipped)."))
+	if err != nil {
+		return nil, fmt.Errorf("otellimit: %w", err)
+	}
+	m.duration, err = meter.Float64Histogram(DurationName, metric.WithUnit("s"),
+		metric.WithDescription("How long rate limit decisions took, Redis included, by policy; skipped requests are not recorded."),
+		metric.WithExplicitBucketBoundaries(c.buckets...))
+	if err != nil {
+		return nil, fmt.Errorf("otellimit: %w", err)
+	}
+	// No unit: "1" would make a Prometheus exporter add _ratio to the name.
+	_, err = meter.Int64ObservableGauge(BreakerName,
+		metric.WithDescription("1 while the Limiter's circuit breaker is open (Redis kept failing and decisions fail at once), else 0."),
+		metric.WithInt64Callback(m.observeBreakers))
+	if err != nil {
+		return nil, fmt.Errorf("otellimit: %w", err)
+	}
+	m.observe = m.Observe
+	return m, nil
+}
+
+// Observer returns the option that plugs m into a policy:
+// redlimit.WithObserver(m.Observe). Give it to every middleware (or rules
+// table) whose decisions m should count.
+//
+// Observer composes with other observers: every WithObserver option of a
+// policy sees every decision.
+func (m *Metrics) Observer() redlimit.Option { return redlimit.WithObserver(m.observe) }
+
+// Observe counts d under its policy and outcome and, unless the request
+// was skipped, records d.Duration, in the context of r (nil r: no context).
+// It is the observer Observer plugs in, for calling from an observer of
+// your own. The attribute sets of a policy are built once, on its first
+// decision.
+func (m *Metrics) Observe(r *http.Request, d redlimit.Decision) {
+	ctx := context.Background()
+	if r != nil {
+		ctx = r.Context()
+	}
+	pa := m.policy(d.Policy)
+	o := d.Outcome()
+	if i := outcomeIndex(o); i >= 0 {
+		m.decisions.Add(ctx, 1, pa.outcomes[i]...)
+	} else {
+		m.decisions.Add(ctx, 1, metric.WithAttributes(PolicyKey.String(d.Policy), OutcomeKey.String(string(o))))
+	}
+	if !d.Skipped {
+		m.duration.Record(ctx, d.Duration.Seconds(), pa.duration...)
+	}
+}
+
+// policy returns the measurement options of the policy named name,
+// building them on its first decision.
+func (m *Metrics) policy(name string) *policyAttrs {
+	if pa, ok := m.policies.Load(name); ok {
+		return pa.(*policyAttrs)
+	}
+	pa := &policyAttrs{duration: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(PolicyKey.String(name)))}}
+	for i, o := range outcomes {
+		set := attribute.NewSet(PolicyKey.String(name), OutcomeKey.String(string(o)))
+		pa.outcomes[i] = []metric.AddOption{metric.WithAttributeSet(set)}
+	}
+	actual, _ := m.policies.LoadOrStore(name, pa)
+	return actual.(*policyAttrs)
+}
+
+// WatchLimiter reports lim's breaker state as redlimit.breaker.open with
+// the attribute redlimit.limiter=name: 1 while it is open, 0 otherwise,
+// read from lim.BreakerOpen() at each collection. Watch each Limiter once,
+// under a name of its own; a name already watched, or an empty one, is an
+// error.
+func (m *Metrics) WatchLimiter(lim *core.Limiter, name string) error {
+	switch {
+	case lim == nil:
+		return errors.New("otellimit: WatchLimiter: nil *core.Limiter")
+	case name == "":
+		return errors.New("otellimit: WatchLimiter: empty name")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, w := range m.limiters {
+		if w.name == name {
+			return fmt.Errorf("otellimit: WatchLimiter: a Limiter named %q is already watched", name)
+		}
+	}
+	opts := []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(LimiterKey.String(name)))}
+	m.limiters = append(m.limiters, watched{name: name, lim: lim, opts: opts})
+	return nil
+}
+
+// observeBreakers is the gauge's callback.
+func (m *Metrics) observeBreakers(_ context.Context, o metric.Int64Observer) error {
+	m.mu.Lock()
+	limiters := slices.Clone(m.limiters)
+	m.mu.Unlock()
+	for _, w := range limiters {
+		var v int64
+		if w.lim.BreakerOpen() {
+			v = 1
+		}
+		o.Observe(v, w.opts...)
+	}
+	return nil
+}

@@ -1,0 +1,351 @@
+package promlimit_test
+
+import (
+	"bufio"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/keyfunc"
+	"github.com/redlimit/redlimit/nethttp"
+	"github.com/redlimit/redlimit/promlimit"
+)
+
+// limiter returns a Limiter on a miniredis of its own, with the Limiter
+// options. Its client gives up on a refused connection at once, so that a
+// decision made while the server is closed fails fast.
+func limiter(t *testing.T, opts ...core.Option) (*core.Limiter, *miniredis.Miniredis) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	return core.New(rdb, append([]core.Option{core.WithTimeout(10 * time.Second), core.WithLogger(quiet)}, opts...)...), m
+}
+
+// scrape GETs the exposition at url and returns each sample's value by its
+// name and labels as written: `redlimit_decisions_total{outcome="allowed",policy="api"}`.
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, res.Status)
+	}
+	samples := map[string]float64{}
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if i < 0 || err != nil {
+			t.Fatalf("unparsable sample %q", line)
+		}
+		samples[line[:i]] = v
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return samples
+}
+
+func decisions(policy string, o redlimit.Outcome) string {
+	return `redlimit_decisions_total{outcome="` + string(o) + `",policy="` + policy + `"}`
+}
+
+func durationCount(policy string) string {
+	return `redlimit_decision_duration_seconds_count{policy="` + policy + `"}`
+}
+
+func breakerOpen(limiter string) string { return `redlimit_breaker_open{limiter="` + limiter + `"}` }
+
+var allOutcomes = []redlimit.Outcome{
+	redlimit.OutcomeAllowed, redlimit.OutcomeDenied, redlimit.OutcomeCached, redlimit.OutcomeDryRun,
+	redlimit.OutcomeLocal, redlimit.OutcomeError, redlimit.OutcomeInvalid, redlimit.OutcomeSkipped,
+}
+
+// checkCounts checks every outcome of policy (those not in want are 0) and
+// its histogram's count: every decision but the skipped ones.
+func checkCounts(t *testing.T, got map[string]float64, policy string, want map[redlimit.Outcome]int) {
+	t.Helper()
+	timed := 0
+	for _, o := range allOutcomes {
+		if g, w := got[decisions(policy, o)], float64(want[o]); g != w {
+			t.Errorf("%s = %v, want %v", decisions(policy, o), g, w)
+		}
+		if o != redlimit.OutcomeSkipped {
+			timed += want[o]
+		}
+	}
+	if g, w := got[durationCount(policy)], float64(timed); g != w {
+		t.Errorf("%s = %v, want %v", durationCount(policy), g, w)
+	}
+}
+
+// send serves one request through h and returns the answer.
+func send(h http.Handler, path, client string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodGet, path, nil)
+	if client != "" {
+		r.Header.Set("X-Client", client)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// TestScrape sends a known sequence of requests through three policies on
+// two Limiters and scrapes a promhttp server over HTTP: the counters by
+// policy and outcome are exact, every outcome of a policy seen is exported
+// (0 until it happens), the histogram counts every decision but the
+// skipped one, and the breaker gauge of the Limiter whose Redis dies turns
+// 1 once the breaker opens and back to 0 once Redis answers again.
+func TestScrape(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	metrics, err := promlimit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	mainLim, _ := limiter(t)
+	fragileLim, fragileRedis := limiter(t, core.WithBreaker(10*time.Millisecond))
+	for name, lim := range map[string]*core.Limiter{"main": mainLim, "fragile": fragileLim} {
+		if err := metrics.WatchLimiter(lim, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	api := nethttp.New(mainLim, core.PerMinute(3), redlimit.WithName("api"), metrics.Observer(),
+		redlimit.WithKey(keyfunc.Header("X-Client")),
+		redlimit.WithSkip(func(r *http.Request) bool { return r.URL.Path == "/healthz" }))(ok)
+	shadow := nethttp.New(mainLim, core.PerMinute(1), redlimit.WithName("shadow"), metrics.Observer(),
+		redlimit.WithDryRun())(ok)
+	fragile := nethttp.New(fragileLim, core.PerMinute(1000), redlimit.WithName("fragile"), metrics.Observer(),
+		redlimit.WithErrorHandler(func(*http.Request, error) {}))(ok)
+
+	for i, tt := range []struct {
+		h      http.Handler
+		path   string
+		client string
+		status int
+	}{
+		{api, "/", "alice", http.StatusOK},
+		{api, "/", "alice", http.StatusOK},
+		{api, "/", "alice", http.StatusOK},
+		{api, "/", "alice", http.StatusTooManyRequests}, // Redis denies
+		{api, "/", "alice", http.StatusTooManyRequests}, // the deny cache does
+		{api, "/", "", http.StatusBadRequest},           // no key
+		{api, "/healthz", "", http.StatusOK},            // skipped
+		{shadow, "/", "", http.StatusOK},
+		{shadow, "/", "", http.StatusOK}, // would have been denied
+		{fragile, "/", "", http.StatusOK},
+	} {
+		if w := send(tt.h, tt.path, tt.client); w.Code != tt.status {
+			t.Fatalf("request %d: %d, want %d", i, w.Code, tt.status)
+		}
+	}
+	fragileRedis.Close()
+	if w := send(fragile, "/", ""); w.Code != http.StatusOK || w.Header().Get("X-RateLimit-Limit") != "" {
+		t.Fatalf("Redis down, FailOpen: %d %v, want 200 without rate-limit headers", w.Code, w.Header())
+	}
+
+	got := scrape(t, srv.URL)
+	checkCounts(t, got, "api", map[redlimit.Outcome]int{redlimit.OutcomeAllowed: 3, redlimit.OutcomeDenied: 1,
+		redlimit.OutcomeCached: 1, redlimit.OutcomeInvalid: 1, redlimit.OutcomeSkipped: 1})
+	checkCounts(t, got, "shadow", map[redlimit.Outcome]int{redlimit.OutcomeAllowed: 1, redlimit.OutcomeDryRun: 1})
+	checkCounts(t, got, "fragile", map[redlimit.Outcome]int{redlimit.OutcomeAllowed: 1, redlimit.OutcomeError: 1})
+	for _, name := range []string{"main", "fragile"} {
+		if v, ok := got[breakerOpen(name)]; !ok || v != 0 {
+			t.Errorf("%s = %v (exported: %v), want 0", breakerOpen(name), v, ok)
+		}
+	}
+
+	// Keep deciding while Redis is down: the breaker opens after 10 ms and
+	// BreakerMinFailures failures. Every answer is a fail-open pass.
+	fragileWant := map[redlimit.Outcome]int{redlimit.OutcomeAllowed: 1, redlimit.OutcomeError: 1}
+	poll := func(what string, until float64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for scrape(t, srv.URL)[breakerOpen("fragile")] != until {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s still not %v after 10 s", what, breakerOpen("fragile"), until)
+			}
+			w := send(fragile, "/", "")
+			switch {
+			case w.Code != http.StatusOK:
+				t.Fatalf("%s: %d, want 200", what, w.Code)
+			case w.Header().Get("X-RateLimit-Limit") != "": // Redis decided
+				fragileWant[redlimit.OutcomeAllowed]++
+			default:
+				fragileWant[redlimit.OutcomeError]++
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	poll("Redis down", 1)
+	got = scrape(t, srv.URL)
+	checkCounts(t, got, "fragile", fragileWant)
+	if got[breakerOpen("main")] != 0 {
+		t.Errorf("%s = %v, want 0: its Redis is up", breakerOpen("main"), got[breakerOpen("main")])
+	}
+
+	// Redis returns: the next probe (BreakerProbeInterval) closes it.
+	if err := fragileRedis.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	poll("Redis back", 0)
+	got = scrape(t, srv.URL)
+	checkCounts(t, got, "fragile", fragileWant)
+	if fragileWant[redlimit.OutcomeAllowed] < 2 {
+		t.Errorf("the breaker closed without a decision Redis answered: %v", fragileWant)
+	}
+	// What happened before is kept.
+	checkCounts(t, got, "api", map[redlimit.Outcome]int{redlimit.OutcomeAllowed: 3, redlimit.OutcomeDenied: 1,
+		redlimit.OutcomeCached: 1, redlimit.OutcomeInvalid: 1, redlimit.OutcomeSkipped: 1})
+}
+
+// TestRules: a rules table's decisions are counted under each rule's
+// pattern, the bounded name of its policy, never the request's path.
+func TestRules(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	metrics, err := promlimit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, _ := limiter(t)
+	mw, err := nethttp.Rules(lim, redlimit.Rules{"GET /users/{id}": "1/m"}, metrics.Observer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for _, path := range []string{"/users/1", "/users/2", "/users/3"} {
+		send(app, path, "")
+	}
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	got := scrape(t, srv.URL)
+	checkCounts(t, got, "GET /users/{id}", map[redlimit.Outcome]int{redlimit.OutcomeAllowed: 1,
+		redlimit.OutcomeDenied: 1, redlimit.OutcomeCached: 1})
+	for name := range got {
+		if strings.Contains(name, "/users/1") {
+			t.Errorf("a series names a request path: %s", name)
+		}
+	}
+}
+
+// TestObserversCompose: a policy's observers each see every decision, the
+// metrics' and one's own alike.
+func TestObserversCompose(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	metrics, err := promlimit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, _ := limiter(t)
+	mine := 0
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	both := nethttp.New(lim, core.PerMinute(10), redlimit.WithName("both"), metrics.Observer(),
+		redlimit.WithObserver(func(*http.Request, redlimit.Decision) { mine++ }))(ok)
+	send(both, "/", "")
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	if mine != 1 {
+		t.Errorf("own observer called %d times, want 1", mine)
+	}
+	checkCounts(t, scrape(t, srv.URL), "both", map[redlimit.Outcome]int{redlimit.OutcomeAllowed: 1})
+}
+
+// TestObserveAllocs: once a policy has been seen, observing a decision
+// allocates nothing.
+func TestObserveAllocs(t *testing.T) {
+	metrics, err := promlimit.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := redlimit.Decision{Policy: "api", Duration: 300 * time.Microsecond}
+	metrics.Observe(nil, d)
+	if n := testing.AllocsPerRun(1000, func() { metrics.Observe(nil, d) }); n != 0 {
+		t.Errorf("Observe allocates %v times, want 0", n)
+	}
+}
+
+// TestErrors: constructor and WatchLimiter errors.
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	metrics, err := promlimit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := promlimit.New(reg); err == nil {
+		t.Error("a second Metrics in one registry was registered")
+	}
+	apps := prometheus.NewRegistry()
+	for _, app := range []string{"a", "b"} {
+		if _, err := promlimit.New(apps, promlimit.WithConstLabels(prometheus.Labels{"app": app})); err != nil {
+			t.Errorf("Metrics of app %q: %v", app, err)
+		}
+	}
+	if _, err := promlimit.New(nil, promlimit.WithBuckets(0.1, 0.01)); err == nil {
+		t.Error("decreasing buckets were accepted")
+	}
+	if _, err := promlimit.New(nil, promlimit.WithBuckets()); err == nil {
+		t.Error("no buckets were accepted")
+	}
+	lim, _ := limiter(t)
+	if err := metrics.WatchLimiter(lim, "a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		lim  *core.Limiter
+		name string
+	}{{lim, "a"}, {lim, ""}, {nil, "b"}} {
+		if err := metrics.WatchLimiter(tt.lim, tt.name); err == nil {
+			t.Errorf("WatchLimiter(%p, %q) succeeded", tt.lim, tt.name)
+		}
+	}
+	// A nil registerer registers nothing; the Metrics is a Collector.
+	unregistered, err := promlimit.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prometheus.NewRegistry().Register(unregistered); err != nil {
+		t.Errorf("registering by hand: %v", err)
+	}
+}
+
+// TestDefaultBuckets: the documented bounds, from 100 µs to 1 s, fresh on
+// every call.
+func TestDefaultBuckets(t *testing.T) {
+	t.Parallel()
+	b := promlimit.DefaultBuckets()
+	if b[0] != 0.0001 || b[len(b)-1] != 1 {
+		t.Fatalf("DefaultBuckets() = %v, want 100 µs to 1 s", b)
+	}
+	b[0] = 42
+	if promlimit.DefaultBuckets()[0] != 0.0001 {
+		t.Fatal("DefaultBuckets shares its slice")
+	}
+}
