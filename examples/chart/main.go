@@ -102,7 +102,9 @@ func simulate() ([][]outcome, error) {
 	defer rdb.Close()
 	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := start
-	lim := core.New(rdb, core.WithClock(func() time.Time { return now }))
+	// A scripted run, not a server: it waits for a slow machine rather
+	// than fail a decision at the default 100 ms.
+	lim := core.New(rdb, core.WithClock(func() time.Time { return now }), core.WithTimeout(10*time.Second))
 
 	panels := make([][]outcome, len(limits))
 	for _, at := range arrivals() {

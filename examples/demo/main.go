@@ -81,9 +81,11 @@ func demo() {
 	// and the table is the same on every run.
 	start := time.Now().Truncate(time.Second)
 	now := start
+	// A scripted run, not a server: it waits for a slow machine rather
+	// than fail a decision at the default 100 ms.
 	lim := core.New(rdb,
 		core.WithPrefix(fmt.Sprintf("redlimit-demo:%d:", start.UnixNano())),
-		core.WithClock(func() time.Time { return now }))
+		core.WithClock(func() time.Time { return now }), core.WithTimeout(10*time.Second))
 	ctx := context.Background()
 
 	fmt.Printf("redlimit demo on %s\n", where)

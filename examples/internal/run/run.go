@@ -188,7 +188,8 @@ func Check(t *testing.T, newApp func(*core.Limiter) http.Handler) {
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	app := newApp(core.New(rdb))
+	// Generous: tests run in parallel, under -race, on small machines.
+	app := newApp(core.New(rdb, core.WithTimeout(10*time.Second)))
 	send := func(method, path string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(method, path, nil)
 		if method == http.MethodGet {
