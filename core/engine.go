@@ -23,6 +23,12 @@ import (
 // the next free sender. So an idle Limiter sends a call at once, and a busy
 // one shares round trips.
 //
+// A client whose commands go-redis bounds by their context's deadline
+// (ContextTimeoutEnabled) lets a caller do its own I/O without outliving
+// its timeout: then, while no round trip is in flight, a caller sends its
+// decision itself (direct), saving the hand-off to a sender and back,
+// which costs a wake-up on another core. Batching under load is the same.
+//
 // Every command is sent at most once: go-redis retries commands after
 // network errors, which would run a decision twice if the first run's reply
 // was lost, so each command says NoRetry. The one retry is NOSCRIPT (the
@@ -36,7 +42,9 @@ type engine struct {
 	senders int                                      // most round trips in flight
 	queued  int                                      // most calls waiting for a sender
 	linger  time.Duration                            // a sender without work stops after it
+	direct  bool                                     // rdb bounds a command by its context's deadline
 
+	busy  atomic.Int32 // round trips in flight, a sender's or a direct caller's
 	mu    sync.Mutex
 	queue []*call
 	idle  []*sender // waiting for work, the most recent last
@@ -70,8 +78,24 @@ func newEngine(rdb redis.Scripter, batch, senders int) *engine {
 		Process(context.Context, redis.Cmder) error
 	}); ok {
 		e.process = p.Process
+		e.direct = contextBounded(rdb)
 	}
 	return e
+}
+
+// contextBounded reports whether go-redis bounds rdb's commands by their
+// context's deadline (ContextTimeoutEnabled); otherwise only its own
+// socket timeouts bound them.
+func contextBounded(rdb redis.Scripter) bool {
+	switch c := rdb.(type) {
+	case interface{ Options() *redis.Options }: // Client, and Sentinel's failover client
+		return c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.ClusterOptions }:
+		return c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.RingOptions }:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // call is one script run: the Limiter fills it, a sender runs it, done
@@ -149,6 +173,13 @@ func (e *engine) do(ctx context.Context, c *call, timeout time.Duration) ([]int6
 		c.recycle()
 		return nil, err
 	}
+	if e.direct && e.busy.CompareAndSwap(0, 1) {
+		_, bounded := ctx.Deadline()
+		if timeout > 0 || bounded {
+			return e.doDirect(ctx, c, timeout)
+		}
+		e.busy.Add(-1)
+	}
 	if err := e.submit(c); err != nil {
 		c.recycle()
 		return nil, err
@@ -179,6 +210,29 @@ func (e *engine) do(ctx context.Context, c *call, timeout time.Duration) ([]int6
 	}
 	reply, err := c.reply, c.err
 	c.recycle()
+	return reply, err
+}
+
+// doDirect sends c from the caller's goroutine, go-redis bounding it by the
+// timeout or ctx's deadline, whichever is earlier. A cancellation without a
+// deadline is seen when the round trip ends, at the latest at the timeout.
+// It takes c, and ends the round trip do began.
+func (e *engine) doDirect(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
+	defer e.busy.Add(-1)
+	dctx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	e.runOne(dctx, c)
+	reply, err := c.reply, c.err
+	c.recycle()
+	if err != nil && dctx.Err() != nil { // go-redis gave up at the deadline
+		if err = ctx.Err(); err == nil {
+			err = &timeoutError{timeout}
+		}
+	}
 	return reply, err
 }
 
@@ -261,7 +315,9 @@ func (s *sender) run() {
 			e.queue = e.queue[:rest]
 		}
 		e.mu.Unlock()
+		e.busy.Add(1)
 		s.send()
+		e.busy.Add(-1)
 	}
 }
 
@@ -328,9 +384,7 @@ func (s *sender) run1(calls []*call) {
 		}
 	case len(calls) == 1 || s.pipe == nil:
 		for _, c := range calls {
-			cmd := redis.NewIntSliceCmd(ctx, c.args...)
-			_ = e.process(ctx, once{cmd})
-			c.reply, c.err = cmd.Val(), cmd.Err()
+			e.runOne(ctx, c)
 		}
 	default:
 		s.cmds = s.cmds[:0]
@@ -344,6 +398,20 @@ func (s *sender) run1(calls []*call) {
 			c.reply, c.err = cmd.Val(), cmd.Err()
 		}
 		clear(s.cmds)
+	}
+}
+
+// runOne sends c alone and stores its reply or error in it, sending it
+// again with the script's source after NOSCRIPT.
+func (e *engine) runOne(ctx context.Context, c *call) {
+	for {
+		cmd := redis.NewIntSliceCmd(ctx, c.args...)
+		_ = e.process(ctx, once{cmd})
+		c.reply, c.err = cmd.Val(), cmd.Err()
+		if c.err == nil || c.args[0] == "eval" || !redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+			return
+		}
+		c.args[0], c.args[1] = "eval", c.script.srcArg
 	}
 }
 

@@ -326,3 +326,62 @@ func TestQueueBound(t *testing.T) {
 		t.Fatal("no decision was refused with ErrUnavailable though the queue was full")
 	}
 }
+
+// TestDirect: with a client that bounds commands by their context's
+// deadline (ContextTimeoutEnabled), an idle Limiter sends each decision
+// from the caller's goroutine: no sender runs for sequential decisions,
+// concurrent ones still share round trips, and a stopped Redis still
+// costs a decision no more than its timeout, cancelled or not.
+func TestDirect(t *testing.T) {
+	srv := redistest.Standalone(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	trips := &roundTrips{}
+	rdb.AddHook(trips)
+	ctx := context.Background()
+	l := core.Limit{Rate: 1000, Period: time.Hour}
+
+	lim := core.New(rdb, core.WithPrefix(uniquePrefix()), core.WithTimeout(200*time.Millisecond))
+	for i := 0; i < 20; i++ {
+		if res, err := lim.Allow(ctx, "seq", l); err != nil || res.Remaining != 999-i {
+			t.Fatalf("decision %d: %+v, %v", i, res, err)
+		}
+	}
+	if n := lim.Senders(); n != 0 {
+		t.Fatalf("%d senders ran for sequential decisions; want them sent by their callers", n)
+	}
+
+	// SCRIPT FLUSH: NOSCRIPT, then EVAL, from the caller too.
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := lim.Allow(ctx, "seq", l); err != nil || res.Remaining != 979 {
+		t.Fatalf("after SCRIPT FLUSH: %+v, %v", res, err)
+	}
+
+	// Concurrent decisions: exact, and most of them share round trips.
+	trips.reset()
+	if allowed := hammer(t, lim, 32, 40, l, func(int, int) string { return "hot" }); allowed != 1000 {
+		t.Fatalf("%d allowed of 1280 on a limit of 1000", allowed)
+	}
+	if trips.pipelines.Load() == 0 {
+		t.Fatalf("32 goroutines never shared a round trip (%d single scripts)", trips.singles.Load())
+	}
+
+	// A stopped Redis: the timeout, or the context's cancellation no later
+	// than it, bounds the caller doing its own I/O.
+	srv.Pause()
+	defer srv.Resume()
+	start := time.Now()
+	_, err := lim.Allow(ctx, "stopped", l)
+	if took := time.Since(start); !errors.Is(err, core.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
+		t.Fatalf("stopped Redis: %v after %v, want ErrTimeout at about 200ms", err, took)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(20*time.Millisecond, cancel)
+	start = time.Now()
+	_, err = lim.Allow(cctx, "stopped", l)
+	if took := time.Since(start); !errors.Is(err, context.Canceled) || took > time.Second {
+		t.Fatalf("cancelled while Redis is stopped: %v after %v, want Canceled by the timeout", err, took)
+	}
+}

@@ -353,6 +353,7 @@ func TestFaultKilledConnections(t *testing.T) {
 		addrs []string
 	}{
 		{"standalone", redis.NewClient(&redis.Options{Addr: srv.Addr}), []string{srv.Addr}},
+		{"standalone-direct", redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true}), []string{srv.Addr}},
 		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()}), cl.Addrs()},
 	} {
 		t.Cleanup(func() { c.rdb.Close() })

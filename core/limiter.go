@@ -101,7 +101,13 @@ type Result struct {
 // sent together in the next (WithBatchSize, WithPipelines); with nothing in
 // flight a decision is sent at once. The I/O is done by at most
 // WithPipelines goroutines per Limiter, started when there is work and
-// stopped after a second without any, never one per decision. A key Redis
+// stopped after a second without any, never one per decision. With a
+// client whose commands go-redis bounds by their context's deadline
+// (ContextTimeoutEnabled), a decision made while nothing is in flight is
+// sent from the caller's goroutine instead, saving the hand-off (about
+// 25 µs on a 2-core machine) at the cost of five allocations; a
+// cancellation without a deadline is then seen when the round trip ends,
+// at the latest at the timeout. A key Redis
 // has just denied is answered in process until its RetryAfter
 // (WithDenyCache). While Redis keeps failing, decisions fail at once with
 // ErrUnavailable (WithBreaker).

@@ -227,6 +227,18 @@ var backends = []backend{
 			return realWorld(t, func() redis.UniversalClient { return srv.Client(t) })
 		}
 	}},
+	// A client whose commands go-redis bounds by their context's deadline:
+	// an idle Limiter sends its decisions from the caller's goroutine.
+	{"standalone-direct", func(t *testing.T) func(*testing.T) *world {
+		srv := redistest.Standalone(t)
+		return func(t *testing.T) *world {
+			return realWorld(t, func() redis.UniversalClient {
+				c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+				t.Cleanup(func() { _ = c.Close() })
+				return c
+			})
+		}
+	}},
 	{"cluster", func(t *testing.T) func(*testing.T) *world {
 		cl := redistest.NewCluster(t, 3)
 		return func(t *testing.T) *world {

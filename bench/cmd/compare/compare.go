@@ -228,7 +228,7 @@ func measureRow(ctx context.Context, cfg config, addr string, admin *redis.Clien
 	if err := admin.FlushDB(ctx).Err(); err != nil {
 		return nil, err
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: cfg.poolSize()})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: cfg.poolSize(), ContextTimeoutEnabled: r.contextTimeouts})
 	defer rdb.Close()
 	env := &env{ctx: ctx, rdb: rdb, keys: ks, poolSize: cfg.poolSize()}
 	o, err := r.setup(env)

@@ -31,6 +31,9 @@ type row struct {
 	want bool
 	// hotOnly rows run only in cells with one key.
 	hotOnly bool
+	// contextTimeouts gives the row's client go-redis's
+	// ContextTimeoutEnabled.
+	contextTimeouts bool
 }
 
 // group is one table of the report.
@@ -108,6 +111,13 @@ var allRows = []*row{
 		setup: func(e *env) (op, error) {
 			return coreOp(e, neverLimit, true, core.WithBatchSize(1), core.WithPipelines(e.poolSize))
 		},
+	},
+	{
+		name: "core-ctxtimeout", group: "decide", want: true, contextTimeouts: true,
+		describe: func(config) string {
+			return "redlimit core.New(rdb).Allow, GCRA, defaults, on a client with ContextTimeoutEnabled: an idle Limiter sends from the caller"
+		},
+		setup: func(e *env) (op, error) { return coreOp(e, neverLimit, true) },
 	},
 	{
 		name: "redis_rate", group: "decide", want: true,
