@@ -20,12 +20,15 @@ algorithms.sliding_log = {args = 2, decide = function(key, cost, at, commit)
   end
 
   -- next: µs until the oldest event in the window leaves it
+  local oldest = count > 0 and score(gone)
   local next = period
-  if count > 0 then next = score(gone) + period - now end
+  if oldest then next = oldest + period - now end
 
   if count + cost > burst then
     -- the (count + cost - burst)-th oldest in the window must leave first
-    local first = score(gone + count + cost - burst - 1)
+    -- (for a cost of 1 on a full window, the oldest)
+    local k = count + cost - burst - 1
+    local first = k == 0 and oldest or score(gone + k)
     return 0, burst - count, first + period - now, score(-1) + period - now, 0, next
   end
   if cost == 0 then
