@@ -76,6 +76,25 @@ const (
 	OutcomeSkipped Outcome = "skipped"
 )
 
+// outcomes lists every Outcome once, in the order of Outcomes.
+var outcomes = [...]Outcome{OutcomeAllowed, OutcomeDenied, OutcomeCached, OutcomeDryRun,
+	OutcomeLocal, OutcomeError, OutcomeInvalid, OutcomeSkipped}
+
+// Outcomes returns every Outcome, each once, in a fixed order, for metrics
+// that make their series up front; Outcome.Index is a place in it.
+func Outcomes() []Outcome { return outcomes[:] }
+
+// Index returns o's place in Outcomes(), or -1 for a string that is not
+// an Outcome.
+func (o Outcome) Index() int {
+	for i, x := range outcomes {
+		if x == o {
+			return i
+		}
+	}
+	return -1
+}
+
 // Outcome returns what became of the request d decided.
 func (d Decision) Outcome() Outcome {
 	switch {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -394,41 +392,17 @@ func TestAllowAllExact(t *testing.T) {
 	}
 }
 
-// hammerAll runs `attempts` AllowAll decisions from 4 instances x 8
-// goroutines on key and returns how many were admitted.
+// hammerAll runs at least `attempts` AllowAll decisions from 4 instances x
+// 8 goroutines on key and returns how many were admitted.
 func hammerAll(t *testing.T, w *world, key string, limits []core.Limit, attempts int) int64 {
 	t.Helper()
 	const instances, goroutines = 4, 8
-	deadline := time.Now().Add(30 * time.Second)
-	var tried, admitted atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, instances*goroutines)
-	for i := 0; i < instances; i++ {
-		lim := w.limiter()
-		for g := 0; g < goroutines; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for tried.Add(1) <= int64(attempts) && time.Now().Before(deadline) {
-					res, err := lim.AllowAll(context.Background(), key, limits, 1)
-					if err != nil {
-						errs <- err
-						return
-					}
-					if res.Allowed {
-						admitted.Add(1)
-					}
-				}
-			}()
-		}
+	lims := make([]*core.Limiter, instances)
+	for i := range lims {
+		lims[i] = w.limiter()
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if tried.Load() < int64(attempts) {
-		t.Fatalf("only %d of %d attempts ran before the deadline", tried.Load(), attempts)
-	}
-	return admitted.Load()
+	each := (attempts + instances*goroutines - 1) / (instances * goroutines)
+	return decideFrom(t, instances*goroutines, each, func(g, _ int) (core.Result, error) {
+		return lims[g%instances].AllowAll(context.Background(), key, limits, 1)
+	})
 }

@@ -367,24 +367,14 @@ func TestDenyCacheRefresh(t *testing.T) {
 	t.Parallel()
 	l := core.PerHour(1)
 	ctx := context.Background()
-	m := miniredis.RunT(t)
-	hook := newHoldHook(true, isDecision)
-	armed := make(chan struct{})
-	held := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { held.Close() })
-	trips := &roundTrips{}
-	held.AddHook(trips)
-	held.AddHook(&gate{armed: armed, next: hook})
-	clock := &fakeClock{now: t0}
-	lim := core.New(held, patient, core.WithClock(clock.Now), core.WithTimeout(time.Second))
-	allowN(t, lim, "k", l, 1)
-	check(t, "denied", allowN(t, lim, "k", l, 1), false, 0)
+	r := newRefreshWorld(t, l, core.WithTimeout(time.Second))
+	m, lim, hook, trips, clock := r.m, r.lim, r.hook, r.trips, r.clock
 
 	// Past the max age: the first caller refreshes (its reply held), the
 	// flood keeps the cached answer.
 	clock.Advance(core.DefaultDenyCacheMaxAge)
 	trips.reset()
-	close(armed)
+	close(r.armed)
 	refreshed := make(chan core.Result)
 	go func() {
 		res, _ := lim.Allow(ctx, "k", l)
@@ -422,6 +412,31 @@ func TestDenyCacheRefresh(t *testing.T) {
 	}
 }
 
+// refreshWorld is a Limiter on a fake clock, whose client counts its
+// scripts and, once armed is closed, holds the first decision's reply; key
+// "k" is denied under the limit, and cached.
+type refreshWorld struct {
+	m     *miniredis.Miniredis
+	lim   *core.Limiter
+	hook  *holdHook
+	armed chan struct{}
+	trips *roundTrips
+	clock *fakeClock
+}
+
+func newRefreshWorld(t *testing.T, l core.Limit, opts ...core.Option) *refreshWorld {
+	r := &refreshWorld{m: miniredis.RunT(t), hook: newHoldHook(true, isDecision), armed: make(chan struct{}),
+		trips: &roundTrips{}, clock: &fakeClock{now: t0}}
+	rdb := redis.NewClient(&redis.Options{Addr: r.m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	rdb.AddHook(r.trips)
+	rdb.AddHook(&gate{armed: r.armed, next: r.hook})
+	r.lim = core.New(rdb, append([]core.Option{core.WithClock(r.clock.Now)}, opts...)...)
+	allowN(t, r.lim, "k", l, 1)
+	check(t, "denied", allowN(t, r.lim, "k", l, 1), false, 0)
+	return r
+}
+
 // gate passes commands straight on until armed is closed, then through
 // next's ProcessHook.
 type gate struct {
@@ -452,19 +467,11 @@ func TestDenyCacheRefreshFails(t *testing.T) {
 	t.Parallel()
 	l := core.PerHour(1)
 	ctx := context.Background()
-	m := miniredis.RunT(t)
-	hook := newHoldHook(true, isDecision)
-	armed := make(chan struct{})
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	rdb.AddHook(&gate{armed: armed, next: hook})
-	t.Cleanup(func() { close(hook.release) })
-	clock := &fakeClock{now: t0}
-	lim := core.New(rdb, core.WithClock(clock.Now), core.WithTimeout(50*time.Millisecond), core.WithBreaker(0))
-	allowN(t, lim, "k", l, 1)
-	check(t, "denied", allowN(t, lim, "k", l, 1), false, 0)
+	r := newRefreshWorld(t, l, core.WithTimeout(50*time.Millisecond), core.WithBreaker(0))
+	lim, clock := r.lim, r.clock
+	t.Cleanup(func() { close(r.hook.release) })
 	clock.Advance(core.DefaultDenyCacheMaxAge)
-	close(armed)
+	close(r.armed)
 	if _, err := lim.Allow(ctx, "k", l); !errors.Is(err, core.ErrTimeout) {
 		t.Fatalf("the held refresh: %v, want a timeout", err)
 	}

@@ -83,23 +83,35 @@ func raise(a *atomic.Int64, v int64) {
 	}
 }
 
-// hammer runs goroutines that each make n decisions on keys from key(g, i)
-// and returns how many were allowed; it fails the test on any error.
+// hammer runs n decisions of l on each of goroutines goroutines, for the
+// keys key gives, and returns how many were allowed.
 func hammer(t *testing.T, lim *core.Limiter, goroutines, n int, l core.Limit, key func(g, i int) string) int64 {
 	t.Helper()
-	var allowed atomic.Int64
+	return decideFrom(t, goroutines, n, func(g, i int) (core.Result, error) {
+		return lim.Allow(context.Background(), key(g, i), l)
+	})
+}
+
+// decideFrom runs n decisions on each of goroutines goroutines, within 30
+// seconds, and returns how many were allowed; an error, or running out of
+// time, fails the test.
+func decideFrom(t *testing.T, goroutines, n int, decide func(g, i int) (core.Result, error)) int64 {
+	t.Helper()
+	var allowed, done atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)
+	deadline := time.Now().Add(30 * time.Second)
 	for g := 0; g < goroutines; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < n; i++ {
-				res, err := lim.Allow(context.Background(), key(g, i), l)
+			for i := 0; i < n && time.Now().Before(deadline); i++ {
+				res, err := decide(g, i)
 				if err != nil {
 					errs <- err
 					return
 				}
+				done.Add(1)
 				if res.Allowed {
 					allowed.Add(1)
 				}
@@ -110,6 +122,9 @@ func hammer(t *testing.T, lim *core.Limiter, goroutines, n int, l core.Limit, ke
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+	if want := int64(goroutines * n); done.Load() < want {
+		t.Fatalf("only %d of %d decisions ran within 30 s", done.Load(), want)
 	}
 	return allowed.Load()
 }

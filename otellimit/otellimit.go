@@ -110,7 +110,7 @@ type Metrics struct {
 
 // policyAttrs are one policy's measurement options.
 type policyAttrs struct {
-	outcomes [len(outcomes)][]metric.AddOption
+	outcomes [][]metric.AddOption // by Outcome.Index
 	duration []metric.RecordOption
 }
 
@@ -118,36 +118,6 @@ type watched struct {
 	name string
 	lim  *core.Limiter
 	opts []metric.ObserveOption
-}
-
-// outcomes are the outcomes cached per policy, in the order of outcomeIndex.
-var outcomes = [...]redlimit.Outcome{
-	redlimit.OutcomeAllowed, redlimit.OutcomeDenied, redlimit.OutcomeCached, redlimit.OutcomeDryRun,
-	redlimit.OutcomeLocal, redlimit.OutcomeError, redlimit.OutcomeInvalid, redlimit.OutcomeSkipped,
-}
-
-// outcomeIndex is o's index in outcomes, or -1 for an outcome this version
-// does not know (its attributes are then built for the decision).
-func outcomeIndex(o redlimit.Outcome) int {
-	switch o {
-	case redlimit.OutcomeAllowed:
-		return 0
-	case redlimit.OutcomeDenied:
-		return 1
-	case redlimit.OutcomeCached:
-		return 2
-	case redlimit.OutcomeDryRun:
-		return 3
-	case redlimit.OutcomeLocal:
-		return 4
-	case redlimit.OutcomeError:
-		return 5
-	case redlimit.OutcomeInvalid:
-		return 6
-	case redlimit.OutcomeSkipped:
-		return 7
-	}
-	return -1
 }
 
 // New creates the instruments with a meter of mp, named ScopeName; a nil mp
@@ -214,7 +184,7 @@ func (m *Metrics) Observe(r *http.Request, d redlimit.Decision) {
 	}
 	pa := m.policy(d.Policy)
 	o := d.Outcome()
-	if i := outcomeIndex(o); i >= 0 {
+	if i := o.Index(); i >= 0 {
 		m.decisions.Add(ctx, 1, pa.outcomes[i]...)
 	} else {
 		m.decisions.Add(ctx, 1, metric.WithAttributes(PolicyKey.String(d.Policy), OutcomeKey.String(string(o))))
@@ -230,8 +200,9 @@ func (m *Metrics) policy(name string) *policyAttrs {
 	if pa, ok := m.policies.Load(name); ok {
 		return pa.(*policyAttrs)
 	}
-	pa := &policyAttrs{duration: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(PolicyKey.String(name)))}}
-	for i, o := range outcomes {
+	pa := &policyAttrs{duration: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(PolicyKey.String(name)))},
+		outcomes: make([][]metric.AddOption, len(redlimit.Outcomes()))}
+	for i, o := range redlimit.Outcomes() {
 		set := attribute.NewSet(PolicyKey.String(name), OutcomeKey.String(string(o)))
 		pa.outcomes[i] = []metric.AddOption{metric.WithAttributeSet(set)}
 	}

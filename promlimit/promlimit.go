@@ -106,38 +106,8 @@ type Metrics struct {
 
 // policyMetrics are one policy's series.
 type policyMetrics struct {
-	outcomes [len(outcomes)]prometheus.Counter
+	outcomes []prometheus.Counter // by Outcome.Index
 	duration prometheus.Observer
-}
-
-// outcomes are the outcomes cached per policy, in the order of outcomeIndex.
-var outcomes = [...]redlimit.Outcome{
-	redlimit.OutcomeAllowed, redlimit.OutcomeDenied, redlimit.OutcomeCached, redlimit.OutcomeDryRun,
-	redlimit.OutcomeLocal, redlimit.OutcomeError, redlimit.OutcomeInvalid, redlimit.OutcomeSkipped,
-}
-
-// outcomeIndex is o's index in outcomes, or -1 for an outcome this version
-// does not know (it is then counted through the CounterVec).
-func outcomeIndex(o redlimit.Outcome) int {
-	switch o {
-	case redlimit.OutcomeAllowed:
-		return 0
-	case redlimit.OutcomeDenied:
-		return 1
-	case redlimit.OutcomeCached:
-		return 2
-	case redlimit.OutcomeDryRun:
-		return 3
-	case redlimit.OutcomeLocal:
-		return 4
-	case redlimit.OutcomeError:
-		return 5
-	case redlimit.OutcomeInvalid:
-		return 6
-	case redlimit.OutcomeSkipped:
-		return 7
-	}
-	return -1
 }
 
 // New returns Metrics registered with reg (prometheus.DefaultRegisterer,
@@ -198,7 +168,7 @@ func (m *Metrics) Observer() redlimit.Option { return redlimit.WithObserver(m.ob
 func (m *Metrics) Observe(_ *http.Request, d redlimit.Decision) {
 	pm := m.policy(d.Policy)
 	o := d.Outcome()
-	if i := outcomeIndex(o); i >= 0 {
+	if i := o.Index(); i >= 0 {
 		pm.outcomes[i].Inc()
 	} else {
 		m.decisions.WithLabelValues(d.Policy, string(o)).Inc()
@@ -214,8 +184,9 @@ func (m *Metrics) policy(name string) *policyMetrics {
 	if pm, ok := m.policies.Load(name); ok {
 		return pm.(*policyMetrics)
 	}
-	pm := &policyMetrics{duration: m.duration.WithLabelValues(name)}
-	for i, o := range outcomes {
+	pm := &policyMetrics{duration: m.duration.WithLabelValues(name),
+		outcomes: make([]prometheus.Counter, len(redlimit.Outcomes()))}
+	for i, o := range redlimit.Outcomes() {
 		pm.outcomes[i] = m.decisions.WithLabelValues(name, string(o))
 	}
 	actual, _ := m.policies.LoadOrStore(name, pm)

@@ -592,31 +592,39 @@ func testInstances(t *testing.T, a Adapter) {
 		for i := 0; i < instances; i++ {
 			apps = append(apps, build(t, a, Spec{Limiter: core.New(newClient(), core.WithPrefix(t.Name()+":")), Global: mw}))
 		}
-		var ok, denied, other atomic.Int64
-		var wg sync.WaitGroup
-		deadline := time.Now().Add(30 * time.Second)
-		for i := 0; i < instances*clients; i++ {
-			wg.Add(1)
-			go func(app http.Handler) {
-				defer wg.Done()
-				for j := 0; j < 3*limit/clients && time.Now().Before(deadline); j++ {
-					switch (req{path: "/users/1"}).send(app).Code {
-					case http.StatusOK:
-						ok.Add(1)
-					case http.StatusTooManyRequests:
-						denied.Add(1)
-					default:
-						other.Add(1)
-					}
-				}
-			}(apps[i%instances])
-		}
-		wg.Wait()
-		if ok.Load() != limit || other.Load() != 0 || ok.Load()+denied.Load() < 2*limit {
-			t.Fatalf("%d instances: %d served, %d denied, %d other; want exactly %d served and the rest denied",
-				instances, ok.Load(), denied.Load(), other.Load(), limit)
-		}
+		hammerApps(t, apps, instances*clients, 3*limit/clients, limit)
 	})
+}
+
+// hammerApps sends /users/1 from clients goroutines, each `each` times, spread
+// over the apps (app instances sharing a Redis), and checks that exactly
+// limit were served and the rest, at least twice as many, denied.
+func hammerApps(t *testing.T, apps []http.Handler, clients, each, limit int) {
+	t.Helper()
+	var ok, denied, other atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func(app http.Handler) {
+			defer wg.Done()
+			for j := 0; j < each && time.Now().Before(deadline); j++ {
+				switch (req{path: "/users/1"}).send(app).Code {
+				case http.StatusOK:
+					ok.Add(1)
+				case http.StatusTooManyRequests:
+					denied.Add(1)
+				default:
+					other.Add(1)
+				}
+			}
+		}(apps[i%len(apps)])
+	}
+	wg.Wait()
+	if ok.Load() != int64(limit) || other.Load() != 0 || ok.Load()+denied.Load() < int64(2*limit) {
+		t.Fatalf("%d instances: %d served, %d denied, %d other; want exactly %d served and the rest denied",
+			len(apps), ok.Load(), denied.Load(), other.Load(), limit)
+	}
 }
 
 // testWithAlso: a policy's limits are decided together: the first denial
@@ -719,30 +727,7 @@ func testInstancesOneDecision(t *testing.T, a Adapter) {
 			lim := core.New(newClient(), core.WithPrefix(prefix), core.WithTimeout(5*time.Second))
 			apps = append(apps, build(t, a, Spec{Limiter: lim, Rules: rules}))
 		}
-		var ok, denied, other atomic.Int64
-		var wg sync.WaitGroup
-		deadline := time.Now().Add(30 * time.Second)
-		for i := 0; i < instances*clients; i++ {
-			wg.Add(1)
-			go func(app http.Handler) {
-				defer wg.Done()
-				for j := 0; j < 3*limit/clients+1 && time.Now().Before(deadline); j++ {
-					switch (req{path: "/users/1"}).send(app).Code {
-					case http.StatusOK:
-						ok.Add(1)
-					case http.StatusTooManyRequests:
-						denied.Add(1)
-					default:
-						other.Add(1)
-					}
-				}
-			}(apps[i%instances])
-		}
-		wg.Wait()
-		if ok.Load() != limit || other.Load() != 0 || ok.Load()+denied.Load() < 2*limit {
-			t.Fatalf("%d instances: %d served, %d denied, %d other; want exactly %d served and the rest denied",
-				instances, ok.Load(), denied.Load(), other.Load(), limit)
-		}
+		hammerApps(t, apps, instances*clients, 3*limit/clients+1, limit)
 		// The catch-all was charged for the served requests only.
 		expect(t, "ping", req{}.send(apps[0]), http.StatusOK, "X-RateLimit-Remaining", fmt.Sprint(1000-limit-1))
 
