@@ -228,7 +228,10 @@ func (e *engine) doDirect(ctx context.Context, c *call, timeout time.Duration) (
 	e.runOne(dctx, c)
 	reply, err := c.reply, c.err
 	c.recycle()
-	if err != nil && dctx.Err() != nil { // go-redis gave up at the deadline
+	// go-redis gave up at the deadline: its socket deadline can fire a
+	// moment before the context's own timer, so the clock decides too.
+	deadline, _ := dctx.Deadline()
+	if err != nil && (dctx.Err() != nil || !time.Now().Before(deadline)) {
 		if err = ctx.Err(); err == nil {
 			err = &timeoutError{timeout}
 		}
