@@ -24,12 +24,7 @@ func request(remote string, headers ...string) *http.Request {
 func TestIP(t *testing.T) {
 	t.Parallel()
 	proxies := keyfunc.TrustProxies("10.0.0.0/8", "2001:db8:ffff::/48", "192.0.2.1")
-	tests := []struct {
-		name string
-		f    keyfunc.Func
-		r    *http.Request
-		want string
-	}{
+	tests := []keyCase{
 		{"peer v4", keyfunc.IP(), request("203.0.113.7:5555"), "ip:203.0.113.7"},
 		{"peer without port", keyfunc.IP(), request("203.0.113.7"), "ip:203.0.113.7"},
 		{"forged XFF ignored by default", keyfunc.IP(), request("203.0.113.7:1", "X-Forwarded-For", "198.51.100.1"), "ip:203.0.113.7"},
@@ -56,12 +51,7 @@ func TestIP(t *testing.T) {
 		{"IPv4-mapped IPv6 is IPv4", keyfunc.IP(), request("[::ffff:203.0.113.7]:443"), "ip:203.0.113.7"},
 		{"trusted IPv6 proxy", keyfunc.IP(proxies), request("[2001:db8:ffff::1]:443", "X-Forwarded-For", "203.0.113.9"), "ip:203.0.113.9"},
 	}
-	for _, tt := range tests {
-		got, err := tt.f(tt.r)
-		if err != nil || got != tt.want {
-			t.Errorf("%s: got %q, %v; want %q", tt.name, got, err, tt.want)
-		}
-	}
+	checkKeys(t, tests)
 }
 
 func TestIPErrors(t *testing.T) {
@@ -101,12 +91,7 @@ func TestOtherFuncs(t *testing.T) {
 	muxRouted := request("203.0.113.7:1")
 	muxRouted.Pattern = "GET /users/{id}"
 
-	tests := []struct {
-		name string
-		f    keyfunc.Func
-		r    *http.Request
-		want string // "" means ErrNoKey
-	}{
+	tests := []keyCase{
 		{"header", keyfunc.Header("x-api-key"), r, "header:X-Api-Key:k1"},
 		{"missing header", keyfunc.Header("X-Api-Key"), anon, ""},
 		{"context user", keyfunc.ContextUser(userKey{}), r, "user:42"},
@@ -122,18 +107,7 @@ func TestOtherFuncs(t *testing.T) {
 		{"first: all fail", keyfunc.First(keyfunc.ContextUser(userKey{}), keyfunc.Header("X")), anon, ""},
 		{"first of nothing", keyfunc.First(), anon, ""},
 	}
-	for _, tt := range tests {
-		got, err := tt.f(tt.r)
-		if tt.want == "" {
-			if !errors.Is(err, keyfunc.ErrNoKey) {
-				t.Errorf("%s: got %q, %v; want an ErrNoKey error", tt.name, got, err)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("%s: got %q, %v; want %q", tt.name, got, err, tt.want)
-		}
-	}
+	checkKeys(t, tests)
 }
 
 // TestJoinEscapes: parts that contain the separator cannot be arranged to
@@ -326,4 +300,30 @@ func FuzzTrustHeaderAppended(f *testing.F) {
 			t.Fatalf("client sent X-Real-IP %q: key %q, %v; want ip:198.51.100.7", sent, key, err)
 		}
 	})
+}
+
+// keyCase is one request and the key a Func must give it; "" means an
+// ErrNoKey error.
+type keyCase struct {
+	name string
+	f    keyfunc.Func
+	r    *http.Request
+	want string
+}
+
+// checkKeys runs every case.
+func checkKeys(t *testing.T, tests []keyCase) {
+	t.Helper()
+	for _, tt := range tests {
+		got, err := tt.f(tt.r)
+		if tt.want == "" {
+			if !errors.Is(err, keyfunc.ErrNoKey) {
+				t.Errorf("%s: got %q, %v; want an ErrNoKey error", tt.name, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("%s: got %q, %v; want %q", tt.name, got, err, tt.want)
+		}
+	}
 }

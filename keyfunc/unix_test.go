@@ -2,7 +2,6 @@ package keyfunc_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -21,12 +20,7 @@ func TestIPUnixSocketPeer(t *testing.T) {
 	t.Parallel()
 	unix := keyfunc.TrustUnixSocket()
 	proxies := keyfunc.TrustProxies("10.0.0.0/8")
-	tests := []struct {
-		name string
-		f    keyfunc.Func
-		r    *http.Request
-		want string
-	}{
+	tests := []keyCase{
 		{"@", keyfunc.IP(), request("@"), "unix:"},
 		{"empty", keyfunc.IP(), request(""), "unix:"},
 		{"@ with XFF, not trusted", keyfunc.IP(), request("@", "X-Forwarded-For", "198.51.100.1"), "unix:"},
@@ -63,12 +57,7 @@ func TestIPUnixSocketPeer(t *testing.T) {
 		{"TCP peer, forged unix: in XFF ignored", keyfunc.IP(unix, proxies),
 			request("10.0.0.1:1", "X-Forwarded-For", "198.51.100.1, unix:"), "ip:10.0.0.1"},
 	}
-	for _, tt := range tests {
-		got, err := tt.f(tt.r)
-		if err != nil || got != tt.want {
-			t.Errorf("%s: got %q, %v; want %q", tt.name, got, err, tt.want)
-		}
-	}
+	checkKeys(t, tests)
 	if keyfunc.UnixSocketKey != "unix:" {
 		t.Errorf("UnixSocketKey = %q", keyfunc.UnixSocketKey)
 	}
@@ -86,12 +75,7 @@ func TestIPUnixSocketLocalAddr(t *testing.T) {
 	sock := &net.UnixAddr{Name: "/run/app.sock", Net: "unix"}
 	tcp := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 2), Port: 8080}
 	trusting := keyfunc.IP(keyfunc.TrustUnixSocket())
-	tests := []struct {
-		name string
-		f    keyfunc.Func
-		r    *http.Request
-		want string // "" means ErrNoKey
-	}{
+	tests := []keyCase{
 		{"unix, @", keyfunc.IP(), on(sock, "@"), "unix:"},
 		{"unix, empty", keyfunc.IP(), on(sock, ""), "unix:"},
 		{"unix, a peer bound to a path", keyfunc.IP(), on(sock, "/tmp/client.sock"), "unix:"},
@@ -103,18 +87,7 @@ func TestIPUnixSocketLocalAddr(t *testing.T) {
 		{"unknown, a path is no key", keyfunc.IP(), request("/tmp/client.sock"), ""},
 		{"unknown, an abstract name is no key", keyfunc.IP(), request("@client"), ""},
 	}
-	for _, tt := range tests {
-		got, err := tt.f(tt.r)
-		if tt.want == "" {
-			if !errors.Is(err, keyfunc.ErrNoKey) {
-				t.Errorf("%s: got %q, %v; want an ErrNoKey error", tt.name, got, err)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("%s: got %q, %v; want %q", tt.name, got, err, tt.want)
-		}
-	}
+	checkKeys(t, tests)
 }
 
 // TestIPUnixSocketServer serves HTTP on a real Unix socket, as behind a
