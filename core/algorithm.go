@@ -131,7 +131,8 @@ var shapingLeakyBucket = &descriptor{name: "leaky_bucket_shape", file: "leaky_bu
 }
 
 // mixedScript decides limits of any mix of algorithms: every file.
-var mixedScript *script
+// batchScript makes several decisions of any algorithms in one call.
+var mixedScript, batchScript *script
 
 func init() {
 	all := []*descriptor{steppedTokenBucket, shapingLeakyBucket}
@@ -155,6 +156,7 @@ func init() {
 	}
 	slices.Sort(files)
 	mixedScript = newScript(lua.Decision(files...))
+	batchScript = newScript(lua.Batch(files...))
 }
 
 // descriptor returns the descriptor of l's algorithm and variant, or nil

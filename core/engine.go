@@ -2,7 +2,9 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +31,11 @@ import (
 // decision itself (direct), saving the hand-off to a sender and back,
 // which costs a wake-up on another core. Batching under load is the same.
 //
+// A batch for a single server (a *redis.Client) goes as one call of the
+// batch script, which makes each decision in turn, rather than a pipeline
+// of one call per decision: the server's cost per call (parsing, finding
+// the script, setting up its KEYS and ARGV, the clock) is then paid once.
+//
 // Every command is sent at most once: go-redis retries commands after
 // network errors, which would run a decision twice if the first run's reply
 // was lost, so each command says NoRetry. The one retry is NOSCRIPT (the
@@ -43,6 +50,9 @@ type engine struct {
 	queued  int                                      // most calls waiting for a sender
 	linger  time.Duration                            // a sender without work stops after it
 	direct  bool                                     // rdb bounds a command by its context's deadline
+	log     *slog.Logger
+
+	oneCall atomic.Bool // a batch goes as one call of batchScript
 
 	busy  atomic.Int32 // round trips in flight, a sender's or a direct caller's
 	mu    sync.Mutex
@@ -68,9 +78,12 @@ const (
 // errQueueFull is returned at once when the queue is full.
 var errQueueFull = fmt.Errorf("%w: too many decisions waiting for Redis", ErrUnavailable)
 
-func newEngine(rdb redis.Scripter, batch, senders int) *engine {
+func newEngine(rdb redis.Scripter, batch, senders int, batchScript bool, log *slog.Logger) *engine {
 	e := &engine{rdb: rdb, batch: batch, senders: senders, linger: senderLinger,
-		queued: max(batch*senders*queuePerSender, 1024)}
+		queued: max(batch*senders*queuePerSender, 1024), log: log}
+	if _, single := rdb.(*redis.Client); single && batchScript && batch > 1 {
+		e.oneCall.Store(true)
+	}
 	if p, ok := rdb.(interface{ Pipeline() redis.Pipeliner }); ok && batch > 1 {
 		e.pipe = p.Pipeline
 	}
@@ -278,6 +291,7 @@ type sender struct {
 	batch []*call
 	retry []*call
 	cmds  []redis.Cmder
+	args  []any // of a batch script's call
 }
 
 // run takes batches until there has been no work for the engine's linger.
@@ -336,6 +350,7 @@ func indexOf(senders []*sender, s *sender) int {
 // send runs the batch and answers every call in it. Calls whose callers
 // left while they were queued are dropped unsent: they never reach Redis.
 func (s *sender) send() {
+	e := s.e
 	live := s.batch[:0]
 	for _, c := range s.batch {
 		if c.state.Load() == abandoned {
@@ -345,6 +360,13 @@ func (s *sender) send() {
 		live = append(live, c)
 	}
 	clear(s.batch[len(live):])
+	if len(live) > 1 && e.oneCall.Load() && s.runBatch(live) {
+		for _, c := range live {
+			c.answer(c.reply, c.err)
+		}
+		clear(live)
+		return
+	}
 	s.run1(live)
 
 	// NOSCRIPT: the server does not have the script, so it did not run;
@@ -404,19 +426,107 @@ func (s *sender) run1(calls []*call) {
 	}
 }
 
-// runOne sends c alone and stores its reply or error in it, sending it
-// again with the script's source after NOSCRIPT.
+// runOne sends c alone and stores its reply or error in it.
 func (e *engine) runOne(ctx context.Context, c *call) {
+	c.reply, c.err = e.eval(ctx, c.args, c.script)
+}
+
+// eval sends one call of s, args being EVALSHA's, and sends it again with
+// the script's source after NOSCRIPT.
+func (e *engine) eval(ctx context.Context, args []any, s *script) ([]int64, error) {
 	for {
-		cmd := redis.NewIntSliceCmd(ctx, c.args...)
+		cmd := redis.NewIntSliceCmd(ctx, args...)
 		_ = e.process(ctx, once{cmd})
-		c.reply, c.err = cmd.Val(), cmd.Err()
-		if c.err == nil || c.args[0] == "eval" || !redis.HasErrorPrefix(c.err, "NOSCRIPT") {
-			return
+		reply, err := cmd.Val(), cmd.Err()
+		if err == nil || args[0] == "eval" || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return reply, err
 		}
-		c.args[0], c.args[1] = "eval", c.script.srcArg
+		args[0], args[1] = "eval", s.srcArg
 	}
 }
+
+// runBatch sends calls as one call of batchScript and stores each
+// decision's reply or error in its call. It reports false, storing nothing,
+// when the server refused the call as CROSSSLOT (the keys are not on one
+// server: a cluster or a proxy behind a plain client); batching scripts is
+// then off for good, and the calls go in a pipeline as they would without.
+func (s *sender) runBatch(calls []*call) bool {
+	e, keys := s.e, 0
+	for _, c := range calls {
+		keys += c.args[2].(int)
+	}
+	s.args = append(s.args[:0], "evalsha", batchScript.shaArg, keys)
+	for _, c := range calls { // KEYS: every decision's
+		s.args = append(s.args, c.args[3:3+c.args[2].(int)]...)
+	}
+	for _, c := range calls { // ARGV: per decision, its KEYS and ARGV counts, its ARGV
+		n := c.args[2].(int)
+		argv := c.args[3+n:]
+		s.args = append(append(s.args, n, len(argv)), argv...)
+	}
+	reply, err := e.eval(context.Background(), s.args, batchScript)
+	clear(s.args)
+	if err != nil && redis.HasErrorPrefix(err, "CROSSSLOT") {
+		if e.oneCall.Swap(false) {
+			e.log.Warn("redlimit: Redis refused a batch of decisions as CROSSSLOT; sending one script call per decision from now on (WithBatchScript(false) says so from the start)",
+				"error", err)
+		}
+		return false
+	}
+	for _, c := range calls {
+		if err != nil {
+			c.reply, c.err = nil, err
+			continue
+		}
+		c.reply, c.err, reply = nextDecision(reply, c.args[2].(int))
+	}
+	return true
+}
+
+// errBatchReply is the error of a decision whose answer is missing from a
+// batch script's reply.
+var errBatchReply = errors.New("redlimit: the batch script's reply is malformed")
+
+// maxBatchError is the longest error message the batch script returns.
+const maxBatchError = 240
+
+// nextDecision takes the answer of one decision of terms limits off the
+// front of a batch script's reply (see lua/batch.lua): its reply, or the
+// error Redis gave it; and returns the rest.
+func nextDecision(reply []int64, terms int) (mine []int64, err error, rest []int64) {
+	if len(reply) == 0 {
+		return nil, errBatchReply, nil
+	}
+	status, reply := reply[0], reply[1:]
+	if status == 1 {
+		n := 1 + decisionWidth*terms
+		if len(reply) < n {
+			return nil, errBatchReply, nil
+		}
+		return reply[:n:n], nil, reply[n:]
+	}
+	size := int(-status)
+	words := (size + 5) / 6
+	if size < 0 || size > maxBatchError || len(reply) < words {
+		return nil, errBatchReply, nil
+	}
+	msg := make([]byte, 0, size)
+	for i, w := range reply[:words] {
+		for b := min(6, size-6*i) - 1; b >= 0; b-- {
+			msg = append(msg, byte(w>>(8*b)))
+		}
+	}
+	return nil, redisError(msg), reply[words:]
+}
+
+// redisError is an error Redis gave one decision of a batch script. Like
+// go-redis's own, it is a redis.Error, so redis.HasErrorPrefix reads it.
+type redisError string
+
+func (e redisError) Error() string { return string(e) }
+
+// RedisError marks e as an error reply of the server.
+func (redisError) RedisError() {}
 
 // evalScripter runs c through the redis.Scripter methods alone, for a
 // client that offers nothing else. Its retries are the client's own.

@@ -16,13 +16,14 @@ import (
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
-// roundTrips is a go-redis hook that counts what a client sends: single
-// commands, pipelines and the commands in them, and the most round trips
+// roundTrips is a go-redis hook that counts what a client sends: round
+// trips (single commands and pipelines of scripts), the decisions run in
+// them (a batch script call holds several), the round trips that carried more
+// than one decision, the most decisions in one, and the most round trips
 // in flight at once.
 type roundTrips struct {
-	singles, pipelines, piped atomic.Int64
-	inFlight, maxInFlight     atomic.Int64
-	maxPipeline               atomic.Int64
+	trips, decisions, shared, batchCalls atomic.Int64
+	inFlight, maxInFlight, largest       atomic.Int64
 }
 
 func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -32,9 +33,11 @@ func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !isScript(cmd) { // a connection's handshake
 			return next(ctx, cmd)
 		}
-		h.singles.Add(1)
-		defer h.enter()()
-		return next(ctx, cmd)
+		leave := h.enter([]redis.Cmder{cmd})
+		err := next(ctx, cmd) // go-redis sets it on cmd after the hooks
+		cmd.SetErr(err)
+		leave()
+		return err
 	}
 }
 
@@ -43,17 +46,14 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		if !isScript(cmds[0]) {
 			return next(ctx, cmds)
 		}
-		h.pipelines.Add(1)
-		h.piped.Add(int64(len(cmds)))
-		raise(&h.maxPipeline, int64(len(cmds)))
-		defer h.enter()()
+		defer h.enter(cmds)()
 		return next(ctx, cmds)
 	}
 }
 
 // reset zeroes the counts.
 func (h *roundTrips) reset() {
-	for _, a := range []*atomic.Int64{&h.singles, &h.pipelines, &h.piped, &h.maxInFlight, &h.maxPipeline} {
+	for _, a := range []*atomic.Int64{&h.trips, &h.decisions, &h.shared, &h.batchCalls, &h.maxInFlight, &h.largest} {
 		a.Store(0)
 	}
 }
@@ -73,9 +73,41 @@ func isScript(cmd redis.Cmder) bool {
 	return name == "evalsha" || name == "eval"
 }
 
-func (h *roundTrips) enter() (leave func()) {
+// decisionsIn counts the decisions in a script call: one, or for the batch
+// script those its ARGV lay out (lua/batch.lua).
+func (h *roundTrips) decisionsIn(cmd redis.Cmder) int64 {
+	src, sha := core.BatchScript()
+	args := cmd.Args()
+	if args[1] != sha && args[1] != src {
+		return 1
+	}
+	h.batchCalls.Add(1)
+	var n int64
+	for at := 3 + args[2].(int); at < len(args); at += 2 + args[at+1].(int) {
+		n++
+	}
+	return n
+}
+
+// enter begins a round trip of cmds; leave ends it and counts it. A call
+// the server refused as NOSCRIPT ran no decision: it is not counted.
+func (h *roundTrips) enter(cmds []redis.Cmder) (leave func()) {
 	raise(&h.maxInFlight, h.inFlight.Add(1))
-	return func() { h.inFlight.Add(-1) }
+	return func() {
+		h.inFlight.Add(-1)
+		var n int64
+		for _, cmd := range cmds {
+			if !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+				n += h.decisionsIn(cmd)
+			}
+		}
+		h.trips.Add(1)
+		h.decisions.Add(n)
+		if n > 1 {
+			h.shared.Add(1)
+		}
+		raise(&h.largest, n)
+	}
 }
 
 func raise(a *atomic.Int64, v int64) {
@@ -143,8 +175,8 @@ func TestBatching(t *testing.T) {
 	if res, err := lim.Allow(context.Background(), "alone", core.PerHour(5)); err != nil || !res.Allowed {
 		t.Fatalf("lone decision: %+v, %v", res, err)
 	}
-	if h.singles.Load() != 1 || h.pipelines.Load() != 0 {
-		t.Fatalf("a lone decision took %d commands and %d pipelines, want 1 command", h.singles.Load(), h.pipelines.Load())
+	if h.trips.Load() != 1 || h.decisions.Load() != 1 {
+		t.Fatalf("a lone decision took %d round trips carrying %d decisions, want 1", h.trips.Load(), h.decisions.Load())
 	}
 
 	const goroutines, each = 64, 50
@@ -155,17 +187,20 @@ func TestBatching(t *testing.T) {
 	if allowed != decisions {
 		t.Fatalf("%d of %d allowed under a limit nothing reaches", allowed, decisions)
 	}
-	trips := h.singles.Load() + h.pipelines.Load()
-	t.Logf("%d decisions in %d round trips (%d pipelines, largest %d); at most %d in flight",
-		decisions, trips, h.pipelines.Load(), h.maxPipeline.Load(), h.maxInFlight.Load())
-	if got := h.singles.Load() + h.piped.Load(); got != decisions {
-		t.Fatalf("%d commands sent for %d decisions: each must be sent exactly once", got, decisions)
+	trips := h.trips.Load()
+	t.Logf("%d decisions in %d round trips (%d shared, %d batch script calls, largest %d); at most %d in flight",
+		decisions, trips, h.shared.Load(), h.batchCalls.Load(), h.largest.Load(), h.maxInFlight.Load())
+	if got := h.decisions.Load(); got != decisions {
+		t.Fatalf("%d decisions sent for %d: each must be sent exactly once", got, decisions)
+	}
+	if h.batchCalls.Load() == 0 {
+		t.Error("no batch went as one call of the batch script to a single server")
 	}
 	if trips >= decisions/2 {
 		t.Errorf("%d round trips for %d concurrent decisions: they are not being shared", trips, decisions)
 	}
-	if h.maxPipeline.Load() > batch {
-		t.Errorf("a pipeline of %d commands; the batch size is %d", h.maxPipeline.Load(), batch)
+	if h.largest.Load() > batch {
+		t.Errorf("a round trip of %d decisions; the batch size is %d", h.largest.Load(), batch)
 	}
 	if h.maxInFlight.Load() > pipelines {
 		t.Errorf("%d round trips in flight at once; at most %d allowed", h.maxInFlight.Load(), pipelines)
@@ -181,8 +216,8 @@ func TestBatchingOff(t *testing.T) {
 	lim := core.New(rdb, core.WithPrefix(uniquePrefix()), core.WithBatchSize(1), core.WithPipelines(8), patient)
 	h.warm(t, lim, core.PerHour(1000))
 	hammer(t, lim, 32, 20, core.PerHour(1000), func(g, i int) string { return fmt.Sprint(g) })
-	if h.pipelines.Load() != 0 || h.singles.Load() != 32*20 {
-		t.Fatalf("%d pipelines and %d commands for %d decisions, want one command each", h.pipelines.Load(), h.singles.Load(), 32*20)
+	if h.shared.Load() != 0 || h.trips.Load() != 32*20 {
+		t.Fatalf("%d round trips, %d of them shared, for %d decisions; want one each", h.trips.Load(), h.shared.Load(), 32*20)
 	}
 }
 
@@ -379,8 +414,8 @@ func TestDirect(t *testing.T) {
 	if allowed := hammer(t, lim, 32, 40, l, func(int, int) string { return "hot" }); allowed != 1000 {
 		t.Fatalf("%d allowed of 1280 on a limit of 1000", allowed)
 	}
-	if trips.pipelines.Load() == 0 {
-		t.Fatalf("32 goroutines never shared a round trip (%d single scripts)", trips.singles.Load())
+	if trips.shared.Load() == 0 {
+		t.Fatalf("32 goroutines never shared a round trip (%d round trips)", trips.trips.Load())
 	}
 
 	// A stopped Redis: the timeout, or the context's cancellation no later

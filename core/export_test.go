@@ -45,3 +45,13 @@ func Script(l Limit) (src, sha string, argv []any) {
 
 // MixedScript returns the script that decides any mix of algorithms.
 func MixedScript() (src, sha string) { return mixedScript.src, mixedScript.sha }
+
+// BatchScript returns the script that makes several decisions in one call.
+func BatchScript() (src, sha string) { return batchScript.src, batchScript.sha }
+
+// Queued returns how many decisions wait for a sender.
+func (l *Limiter) Queued() int {
+	l.engine.mu.Lock()
+	defer l.engine.mu.Unlock()
+	return len(l.engine.queue)
+}

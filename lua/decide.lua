@@ -1,38 +1,45 @@
--- decide: ends every decision script. Decides each limit in KEYS; if all
--- allow, stores each one's new state, else stores nothing.
+-- decide: follows the algorithms' files. decide(k, n, at) decides the n
+-- limits of one decision; if all allow, it stores each one's new state,
+-- else it stores nothing.
 --
--- KEYS, ARGV as in prelude.lua.
--- Reply {allowed, then per limit: allowed, remaining, retry_after,
---       reset_after, delay, next}. When a limit denies, the limits that would
---       have allowed report their state as it stays: as for cost 0.
-if #KEYS == 1 then -- one limit: decide and store in one pass
-  local cost = tonumber(ARGV[2])
-  local allowed, remaining, retry, reset, delay, next = algorithms[ARGV[3]].decide(KEYS[1], cost, 4, cost > 0)
-  return {allowed, allowed, remaining, retry, reset, delay, next}
-end
-
--- Several: decide each without storing. Only if all allow, decide each
--- again, storing: nothing changed in between, so the answers are the same.
-local reply, starts, denied = {1}, {}, false
-local at = 2
-for i = 1, #KEYS do
-  local cost, alg = tonumber(ARGV[at]), algorithms[ARGV[at + 1]]
-  local allowed, remaining, retry, reset, delay, next = alg.decide(KEYS[i], cost, at + 2, false)
-  denied = denied or allowed == 0
-  local r = #reply
-  reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
-    allowed, remaining, retry, reset, delay, next
-  starts[i] = at
-  at = at + 2 + alg.args
-end
-for i = 1, #KEYS do
-  local cost, alg, r = tonumber(ARGV[starts[i]]), algorithms[ARGV[starts[i] + 1]], 2 + (i - 1) * 6
-  if not denied and cost > 0 then
-    alg.decide(KEYS[i], cost, starts[i] + 2, true)
-  elseif denied and cost > 0 and reply[r] == 1 then -- report the state it keeps
-    reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] =
-      alg.decide(KEYS[i], 0, starts[i] + 2, false)
+-- KEYS    the decision's keys are KEYS[k .. k+n-1].
+-- ARGV    its arguments start at ARGV[at], laid out as in prelude.lua.
+-- Reply   decide returns {allowed, then per limit: allowed, remaining,
+--         retry_after, reset_after, delay, next}. When a limit denies, the
+--         limits that would have allowed report their state as it stays:
+--         as for cost 0.
+local function decide(k, n, at)
+  now = clock(ARGV[at])
+  at = at + 1
+  if n == 1 then -- one limit: decide and store in one pass
+    local cost = tonumber(ARGV[at])
+    local allowed, remaining, retry, reset, delay, next =
+      algorithms[ARGV[at + 1]].decide(KEYS[k], cost, at + 2, cost > 0)
+    return {allowed, allowed, remaining, retry, reset, delay, next}
   end
+
+  -- Several: decide each without storing. Only if all allow, decide each
+  -- again, storing: nothing changed in between, so the answers are the same.
+  local reply, starts, denied = {1}, {}, false
+  for i = 1, n do
+    local cost, alg = tonumber(ARGV[at]), algorithms[ARGV[at + 1]]
+    local allowed, remaining, retry, reset, delay, next = alg.decide(KEYS[k + i - 1], cost, at + 2, false)
+    denied = denied or allowed == 0
+    local r = #reply
+    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
+      allowed, remaining, retry, reset, delay, next
+    starts[i] = at
+    at = at + 2 + alg.args
+  end
+  for i = 1, n do
+    local cost, alg, r = tonumber(ARGV[starts[i]]), algorithms[ARGV[starts[i] + 1]], 2 + (i - 1) * 6
+    if not denied and cost > 0 then
+      alg.decide(KEYS[k + i - 1], cost, starts[i] + 2, true)
+    elseif denied and cost > 0 and reply[r] == 1 then -- report the state it keeps
+      reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] =
+        alg.decide(KEYS[k + i - 1], 0, starts[i] + 2, false)
+    end
+  end
+  if denied then reply[1] = 0 end
+  return reply
 end
-if denied then reply[1] = 0 end
-return reply

@@ -2,11 +2,14 @@
 //
 // A decision script is the prelude (prelude.lua: the clock, the table of
 // algorithms), then one or more algorithms' files, each of which adds its
-// decide function to that table, then decide.lua, which decides every
-// limit in KEYS and stores their new state only if all allow. So one
-// script decides one limit or several, all or nothing, and a limit's state
-// is the same whichever way it was decided. Every script replies with an
-// array of integers. The scripts are plain text; package core runs them
+// decide function to that table, then decide.lua, whose function decides
+// the limits of one decision and stores their new state only if all allow,
+// then one.lua, which makes the one decision in KEYS. So one script
+// decides one limit or several, all or nothing, and a limit's state is the
+// same whichever way it was decided. A batch script ends with batch.lua
+// instead: it makes several independent decisions in one call, for the
+// engine to send what waits together to a single server. Every script
+// replies with an array of integers. The scripts are plain text; package core runs them
 // with EVALSHA. This package uses the standard library only and exports
 // nothing that can be reassigned.
 package lua
@@ -23,13 +26,23 @@ var files embed.FS
 // Decision returns the decision script for the algorithms in the named
 // files (name.lua, in the order given). It panics if a file is missing, a
 // programming error found by the first test that uses it.
-func Decision(names ...string) string {
+func Decision(names ...string) string { return assemble("one", names) }
+
+// Batch returns the script that makes several decisions in one call, each
+// of the algorithms in the named files (batch.lua). It panics as Decision
+// does.
+func Batch(names ...string) string { return assemble("batch", names) }
+
+// assemble returns the prelude, the named algorithms' files, decide.lua and
+// the file that ends the script.
+func assemble(end string, names []string) string {
 	var b strings.Builder
 	b.WriteString(read("prelude"))
 	for _, name := range names {
 		b.WriteString(read(name))
 	}
 	b.WriteString(read("decide"))
+	b.WriteString(read(end))
 	return b.String()
 }
 

@@ -39,17 +39,18 @@ func TestScriptsDocumented(t *testing.T) {
 }
 
 // TestDecisionScripts: a decision script is the prelude, the algorithms'
-// files, each adding its entries to the table, and decide.lua.
+// files, each adding its entries to the table, decide.lua and one.lua; a
+// batch script ends with batch.lua instead.
 func TestDecisionScripts(t *testing.T) {
 	t.Parallel()
-	prelude, decide := read("prelude"), read("decide")
+	prelude, decide := read("prelude"), read("decide")+read("one")
 	entry := regexp.MustCompile(`(?m)^algorithms\.(\w+) = \{args = \d+, decide = function\(key, cost, at, commit\)$`)
 	names := []string{"gcra", "token_bucket", "token_bucket_stepped", "fixed_window",
 		"sliding_window", "sliding_log", "leaky_bucket"}
 	for _, name := range names {
 		src := Decision(name)
 		if !strings.HasPrefix(src, prelude) || !strings.HasSuffix(src, decide) || len(src) == len(prelude)+len(decide) {
-			t.Errorf("%s is not the prelude, a body and decide.lua", name)
+			t.Errorf("%s is not the prelude, a body, decide.lua and one.lua", name)
 		}
 		found := entry.FindAllStringSubmatch(read(name), -1)
 		if len(found) == 0 || found[0][1] != name {
@@ -59,6 +60,10 @@ func TestDecisionScripts(t *testing.T) {
 	all := Decision(names...)
 	if got := len(entry.FindAllString(all, -1)); got != len(names)+1 { // leaky_bucket_shape too
 		t.Errorf("the script of every algorithm has %d entries, want %d", got, len(names)+1)
+	}
+	if batch := Batch(names...); !strings.HasSuffix(batch, read("decide")+read("batch")) ||
+		strings.TrimSuffix(batch, read("batch")) != strings.TrimSuffix(all, read("one")) {
+		t.Error("the batch script is not the script of every algorithm ending with batch.lua")
 	}
 	defer func() {
 		if recover() == nil {

@@ -40,8 +40,8 @@ func TestCompareSmoke(t *testing.T) {
 			t.Errorf("%s: %d errors, first: %v", r.name, s.errors, s.firstErr)
 		case !(s.ratio > 0):
 			t.Errorf("%s: ratio to evalsha %v, want positive", r.name, s.ratio)
-		case r.name != "deny-cache" && !(s.callsPerOp > 0.5):
-			t.Errorf("%s: %v script calls per decision, want about 1", r.name, s.callsPerOp)
+		case r.name != "deny-cache" && !(s.callsPerOp > 0 && s.callsPerOp < 1.5):
+			t.Errorf("%s: %v script calls per decision, want one or fewer (a batch script call holds several)", r.name, s.callsPerOp)
 		}
 	}
 	if rep.errors() != 0 {

@@ -14,14 +14,14 @@ import (
 
 // summary is one row in one cell, medians over the rounds.
 type summary struct {
-	rate, ratio    float64
-	allocsPerOp    float64
-	p50, p99       time.Duration
-	srvUsecPerCall float64 // NaN when no script ran
-	callsPerOp     float64
-	errors         int64
-	warmErrs       int64
-	firstErr       error
+	rate, ratio  float64
+	allocsPerOp  float64
+	p50, p99     time.Duration
+	srvUsecPerOp float64 // NaN when too few scripts ran
+	callsPerOp   float64
+	errors       int64
+	warmErrs     int64
+	firstErr     error
 }
 
 // summarize takes the medians of row r's measurements in cell c; ok is
@@ -39,7 +39,7 @@ func (rep *report) summarize(r *row, c cell) (s summary, ok bool) {
 		p50s = append(p50s, float64(m.lat.quantile(0.50)))
 		p99s = append(p99s, float64(m.lat.quantile(0.99)))
 		if m.srvCalls >= minCalls {
-			srv = append(srv, m.srvUsec/m.srvCalls)
+			srv = append(srv, m.srvUsec/ops)
 		}
 		calls = append(calls, m.srvCalls/ops)
 		s.errors += m.errors
@@ -51,11 +51,11 @@ func (rep *report) summarize(r *row, c cell) (s summary, ok bool) {
 	s.rate, s.ratio = median(rates), median(rep.ratios[r][c])
 	s.allocsPerOp = median(allocs)
 	s.p50, s.p99 = time.Duration(median(p50s)), time.Duration(median(p99s))
-	s.srvUsecPerCall, s.callsPerOp = median(srv), median(calls)
+	s.srvUsecPerOp, s.callsPerOp = median(srv), median(calls)
 	return s, true
 }
 
-// minCalls is the fewest script calls whose mean server time is shown:
+// minCalls is the fewest script calls whose server time is shown:
 // one call descheduled on a busy machine can take milliseconds.
 const minCalls = 100
 
@@ -101,8 +101,8 @@ func (rep *report) heading() []string {
 		fmt.Sprintf("throughput limits never deny: core.Limit{Rate: %d, Period: time.Second} (GCRA), redis_rate Rate=Burst=%d per second, ulule %d per second",
 			never, never, never),
 		"× EVALSHA: decisions/s over the evalsha row's in the same cell and round; allocs/op: runtime.MemStats.Mallocs",
-		"of the whole process per decision; p50, p99: latency of one decision; server µs/call, calls/op: EVALSHA and EVAL",
-		fmt.Sprintf("in INFO commandstats after CONFIG RESETSTAT (µs/call only from %d calls on); errors: failed or wrong answers,", minCalls),
+		"of the whole process per decision; p50, p99: latency of one decision; server µs/op, calls/op: EVALSHA and EVAL",
+		fmt.Sprintf("in INFO commandstats after CONFIG RESETSTAT, per decision (µs only from %d calls on); errors: failed or wrong answers,", minCalls),
 		fmt.Sprintf("warm-up included (redlimit's decisions time out after core.DefaultTimeout, %v; the peers wait as long as go-redis lets them)", core.DefaultTimeout),
 	}
 }
@@ -116,7 +116,7 @@ func (rep *report) legend() [][2]string {
 	return out
 }
 
-var columns = []string{"keys", "goroutines", "row", "decisions/s", "× EVALSHA", "allocs/op", "p50", "p99", "server µs/call", "calls/op", "errors"}
+var columns = []string{"keys", "goroutines", "row", "decisions/s", "× EVALSHA", "allocs/op", "p50", "p99", "server µs/op", "calls/op", "errors"}
 
 // tables returns, for each group that ran, its title and its lines of
 // cells: the evalsha reference first in every cell, then the group's rows.
@@ -144,7 +144,7 @@ func (rep *report) tables() (titles []string, tables [][][]string) {
 					strconv.Itoa(c.keys), strconv.Itoa(c.goroutines), r.name,
 					groupDigits(s.rate), fmtFloat(s.ratio, 2), fmtFloat(s.allocsPerOp, 1),
 					fmtDuration(s.p50), fmtDuration(s.p99),
-					fmtFloat(s.srvUsecPerCall, 2), fmtFloat(s.callsPerOp, 2), strconv.FormatInt(s.errors, 10),
+					fmtFloat(s.srvUsecPerOp, 2), fmtFloat(s.callsPerOp, 2), strconv.FormatInt(s.errors, 10),
 				})
 			}
 		}

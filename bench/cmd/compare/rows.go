@@ -98,10 +98,17 @@ var allRows = []*row{
 	{
 		name: "core", group: "decide", want: true,
 		describe: func(config) string {
-			return fmt.Sprintf("redlimit core.New(rdb).Allow, GCRA; defaults: batching on (WithBatchSize(%d), WithPipelines(%d)), deny cache on",
+			return fmt.Sprintf("redlimit core.New(rdb).Allow, GCRA; defaults: batching on (WithBatchSize(%d), WithPipelines(%d), a batch as one script call), deny cache on",
 				core.DefaultBatchSize, core.DefaultPipelines)
 		},
 		setup: func(e *env) (op, error) { return coreOp(e, neverLimit, true) },
+	},
+	{
+		name: "core-pipeline", group: "decide", want: true,
+		describe: func(config) string {
+			return "redlimit core.New(rdb, WithBatchScript(false)).Allow, GCRA: a batch goes as a pipeline of one script call per decision"
+		},
+		setup: func(e *env) (op, error) { return coreOp(e, neverLimit, true, core.WithBatchScript(false)) },
 	},
 	{
 		name: "core-nobatch", group: "decide", want: true,

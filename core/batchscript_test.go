@@ -1,0 +1,199 @@
+package core_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// queueBehind makes one decision on "first", which hold holds, then runs
+// decide(i) for i < n on n goroutines; once all n wait in the queue, it
+// releases the first and returns each one's answer.
+func queueBehind(t *testing.T, lim *core.Limiter, hold *holdHook, l core.Limit, n int, decide func(i int) (core.Result, error)) ([]core.Result, []error) {
+	return queueBehindFirst(t, lim, hold, l, n, decide, func(err error) bool { return err == nil })
+}
+
+// queueBehindFirst is queueBehind with ok telling which errors of the
+// first decision are expected.
+func queueBehindFirst(t *testing.T, lim *core.Limiter, hold *holdHook, l core.Limit, n int, decide func(i int) (core.Result, error), ok func(error) bool) ([]core.Result, []error) {
+	t.Helper()
+	first := make(chan error, 1)
+	go func() {
+		_, err := lim.Allow(context.Background(), "first", l)
+		first <- err
+	}()
+	<-hold.reached
+	results, errs := make([]core.Result, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = decide(i)
+		}()
+	}
+	for deadline := time.Now().Add(10 * time.Second); lim.Queued() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d decisions queued within 10 s", lim.Queued(), n)
+		}
+	}
+	close(hold.release)
+	wg.Wait()
+	if err := <-first; !ok(err) {
+		t.Fatalf("the first decision: %v", err)
+	}
+	return results, errs
+}
+
+// TestBatchScript: decisions that wait together go to a single server as
+// one call of the batch script, of any mix of algorithms and terms, and
+// each keeps its own answer. One that Redis refuses (its key holds another
+// type: WRONGTYPE) gets Redis's error; the others are decided and charged
+// once.
+func TestBatchScript(t *testing.T) {
+	t.Parallel()
+	sentinel := redistest.NewSentinel(t)
+	clients := map[string]*redis.Client{
+		"miniredis":  redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}),
+		"standalone": redistest.Standalone(t).Client(t),
+		"sentinel":   sentinel.Client(t),
+	}
+	for name, rdb := range clients {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			lim := core.New(rdb, core.WithPrefix(uniquePrefix()), core.WithPipelines(1), patient)
+			gcra, window := core.PerHour(10), core.Limit{Rate: 5, Period: time.Minute, Algorithm: core.FixedWindow}
+
+			// The key "bad" holds a hash where the GCRA key's string goes.
+			if _, err := lim.Allow(ctx, "bad", gcra); err != nil {
+				t.Fatal(err)
+			}
+			var bad string
+			keys, err := rdb.Keys(ctx, "*{bad}*").Result()
+			if err == nil && len(keys) != 1 {
+				err = fmt.Errorf("keys %q, want one", keys)
+			}
+			if err == nil {
+				bad = keys[0]
+				err = rdb.Del(ctx, bad).Err()
+			}
+			if err == nil {
+				err = rdb.HSet(ctx, bad, "f", 1).Err()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			// 9 decisions: one limit, two limits of two algorithms, and the bad key.
+			const n = 9
+			hold, trips := newHoldHook(false, isDecision), &roundTrips{}
+			rdb.AddHook(hold)
+			rdb.AddHook(trips)
+			results, errs := queueBehind(t, lim, hold, gcra, n, func(i int) (core.Result, error) {
+				switch {
+				case i == n-1:
+					return lim.Allow(ctx, "bad", gcra)
+				case i%2 == 0:
+					return lim.Allow(ctx, fmt.Sprint("k", i), gcra)
+				}
+				return lim.AllowAll(ctx, fmt.Sprint("k", i), []core.Limit{gcra, window}, 1)
+			})
+			if trips.batchCalls.Load() != 1 || trips.largest.Load() != n {
+				t.Fatalf("%d batch script calls, the largest round trip %d decisions; want one batch call of %d",
+					trips.batchCalls.Load(), trips.largest.Load(), n)
+			}
+			want := "WRONGTYPE Operation against a key holding the wrong kind of value"
+			if err := errs[n-1]; err == nil || !redis.HasErrorPrefix(err, "WRONGTYPE") || !strings.HasSuffix(err.Error(), want) {
+				t.Fatalf("the bad key: %v; want Redis's %q, as a redis.Error", err, want)
+			}
+			for i := range n - 1 {
+				wantRemaining, limits := 9, []core.Limit{gcra}
+				if i%2 == 1 { // with the window, its 4 bind
+					wantRemaining, limits = 4, []core.Limit{gcra, window}
+				}
+				if errs[i] != nil || !results[i].Allowed || results[i].Remaining != wantRemaining {
+					t.Fatalf("decision %d beside the bad key: %+v, %v; want allowed, %d remaining", i, results[i], errs[i], wantRemaining)
+				}
+				// Charged once: the next decision sees one more gone.
+				res, err := lim.AllowAll(ctx, fmt.Sprint("k", i), limits, 0)
+				if err != nil || res.Remaining != wantRemaining {
+					t.Fatalf("decision %d afterwards: %+v, %v; want %d remaining", i, res, err, wantRemaining)
+				}
+			}
+		})
+	}
+}
+
+// TestBatchScriptOff: WithBatchScript(false), and every Cluster or Ring
+// client, pipeline one script call per decision.
+func TestBatchScriptOff(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	hold, trips := newHoldHook(false, isDecision), &roundTrips{}
+	rdb.AddHook(hold)
+	rdb.AddHook(trips)
+	lim := core.New(rdb, core.WithPrefix(uniquePrefix()), core.WithPipelines(1), core.WithBatchScript(false), patient)
+	l := core.PerHour(10)
+	_, errs := queueBehind(t, lim, hold, l, 5, func(i int) (core.Result, error) {
+		return lim.Allow(context.Background(), fmt.Sprint("k", i), l)
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if trips.batchCalls.Load() != 0 || trips.largest.Load() != 5 {
+		t.Fatalf("%d batch script calls, at most %d decisions in a round trip; want a pipeline of 5 calls",
+			trips.batchCalls.Load(), trips.largest.Load())
+	}
+}
+
+// TestBatchScriptCrossSlot: a plain client on one node of a cluster (as
+// behind a proxy that is really a cluster) gets CROSSSLOT for a batch of
+// keys in several slots. That call ran nothing: the decisions go again as
+// a pipeline, batch scripts stay off, and the Limiter warns once.
+func TestBatchScriptCrossSlot(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.NewCluster(t, 3)
+	rdb := redis.NewClient(&redis.Options{Addr: cluster.Addrs()[0]})
+	t.Cleanup(func() { rdb.Close() })
+	hold, trips := newHoldHook(false, isDecision), &roundTrips{}
+	rdb.AddHook(hold)
+	rdb.AddHook(trips)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	lim := core.New(rdb, core.WithPrefix(uniquePrefix()), core.WithPipelines(1), core.WithLogger(log), patient)
+	l := core.PerHour(10)
+	for round := range 2 {
+		// This node owns about a third of the keys; the rest are MOVED, which
+		// a plain client does not follow.
+		decidedOrMoved := func(err error) bool { return err == nil || redis.HasErrorPrefix(err, "MOVED") }
+		_, errs := queueBehindFirst(t, lim, hold, l, 20, func(i int) (core.Result, error) {
+			return lim.Allow(context.Background(), fmt.Sprint("k", i), l)
+		}, decidedOrMoved)
+		for _, err := range errs {
+			if !decidedOrMoved(err) {
+				t.Fatalf("round %d: %v; want a decision or MOVED", round, err)
+			}
+		}
+		hold = newHoldHook(false, isDecision)
+		rdb.AddHook(hold)
+	}
+	if n := trips.batchCalls.Load(); n != 1 {
+		t.Errorf("%d batch script calls; want the one refused, then none", n)
+	}
+	if n := strings.Count(logs.String(), "level=WARN msg=\"redlimit: Redis refused a batch"); n != 1 {
+		t.Errorf("%d warnings about CROSSSLOT, want 1:\n%s", n, logs.String())
+	}
+}

@@ -1,0 +1,59 @@
+package core
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// packError lays out an error as lua/batch.lua does: -len, then the bytes
+// six to an integer, big-endian.
+func packError(msg string) []int64 {
+	out := []int64{-int64(len(msg))}
+	for i := 0; i < len(msg); i += 6 {
+		var v int64
+		for _, b := range []byte(msg[i:min(i+6, len(msg))]) {
+			v = v<<8 | int64(b)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// TestNextDecision: a batch script's reply splits into each decision's
+// reply or error, whatever the length of the message; a reply too short
+// for what it announces is an error for the rest, never a panic.
+func TestNextDecision(t *testing.T) {
+	t.Parallel()
+	one := []int64{1, 1, 1, 9, 0, 5, 0, 0}                   // one limit, allowed
+	two := []int64{1, 0, 1, 4, 0, 7, 0, 0, 0, 0, 3, 3, 0, 3} // two limits, the second denies
+	for _, msg := range []string{"", "W", "WRONGT", "WRONGTY", strings.Repeat("é", maxBatchError/2)} {
+		reply := slices.Concat(one, packError(msg), two)
+		mine, err, rest := nextDecision(reply, 1)
+		if err != nil || !slices.Equal(mine, one[1:]) {
+			t.Fatalf("first: %v, %v", mine, err)
+		}
+		mine, err, rest = nextDecision(rest, 1)
+		if !redis.HasErrorPrefix(err, msg) || err.Error() != msg || mine != nil {
+			t.Fatalf("message of %d bytes: %q, %v", len(msg), err, mine)
+		}
+		mine, err, rest = nextDecision(rest, 2)
+		if err != nil || !slices.Equal(mine, two[1:]) || len(rest) != 0 {
+			t.Fatalf("after a message of %d bytes: %v, %v, rest %v", len(msg), mine, err, rest)
+		}
+	}
+	for name, reply := range map[string][]int64{
+		"empty":          nil,
+		"short reply":    one[:5],
+		"short message":  packError("WRONGTYPE")[:2],
+		"long message":   packError(strings.Repeat("x", maxBatchError+1)),
+		"unknown status": {2, 1, 1, 9, 0, 5, 0, 0},
+	} {
+		if mine, err, rest := nextDecision(reply, 1); !errors.Is(err, errBatchReply) || mine != nil || rest != nil {
+			t.Errorf("%s: %v, %v, rest %v; want errBatchReply and nothing else", name, mine, err, rest)
+		}
+	}
+}

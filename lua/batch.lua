@@ -1,0 +1,35 @@
+-- batch: ends a script that makes several independent decisions in one
+-- call, one after another, each as one.lua would; the engine sends the
+-- decisions that wait together this way to a single Redis server, whose
+-- per-call cost it then pays once.
+--
+-- KEYS    every decision's keys, one decision after another.
+-- ARGV    per decision: n, its number of keys; m, its number of arguments;
+--         then its m arguments (prelude.lua).
+-- Reply   per decision, in order: 1 then decide's reply (decide.lua); or,
+--         when Redis refused one of its commands (WRONGTYPE, OOM, READONLY),
+--         -len, then the error message (len bytes, at most 240) packed six
+--         bytes to an integer, big-endian, the last holding the rest. A
+--         decision's error stops only that decision; what it stored before
+--         the error stays, as it would in a script of its own.
+local out, k, at = {}, 1, 1
+while at <= #ARGV do
+  local n, m = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+  local ok, reply = pcall(decide, k, n, at + 2)
+  if ok then
+    out[#out + 1] = 1
+    for i = 1, #reply do out[#out + 1] = reply[i] end
+  else
+    local msg = type(reply) == 'table' and tostring(reply.err) or tostring(reply)
+    -- a Redis error raised as a string (miniredis) has Lua's position first
+    msg = string.sub(string.gsub(msg, '^[^ ]*:%d+: (%u+ )', '%1'), 1, 240)
+    out[#out + 1] = -#msg
+    for i = 1, #msg, 6 do
+      local v = 0
+      for j = i, math.min(i + 5, #msg) do v = v * 256 + string.byte(msg, j) end
+      out[#out + 1] = v
+    end
+  end
+  k, at = k + n, at + 2 + m
+end
+return out
