@@ -197,3 +197,73 @@ func TestBatchScriptCrossSlot(t *testing.T) {
 		t.Errorf("%d warnings about CROSSSLOT, want 1:\n%s", n, logs.String())
 	}
 }
+
+// TestBatchScriptByTag: on a Cluster or a Ring, the decisions of a batch
+// that share a hash tag (a hot key) go as one call of the batch script,
+// exactly; the rest go one call each, in the same pipeline.
+func TestBatchScriptByTag(t *testing.T) {
+	t.Parallel()
+	a, b := redistest.Standalone(t), redistest.Standalone(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}})
+	t.Cleanup(func() { ring.Close() })
+	clients := map[string]interface {
+		redis.UniversalClient
+		AddHook(redis.Hook)
+	}{"cluster": redistest.NewCluster(t, 3).Client(t), "ring": ring}
+	for name, rdb := range clients {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			lim := core.New(rdb, core.WithPrefix(uniquePrefix()), core.WithPipelines(1), patient)
+			gcra, window := core.PerHour(10), core.Limit{Rate: 20, Period: time.Minute, Algorithm: core.FixedWindow}
+			hold, trips := newHoldHook(false, isDecision), &roundTrips{}
+			rdb.AddHook(hold)
+			rdb.AddHook(trips)
+			// 12 decisions on "hot", alone or with a second limit, and 6 on
+			// keys of their own.
+			const hot, cold = 12, 6
+			results, errs := queueBehind(t, lim, hold, gcra, hot+cold, func(i int) (core.Result, error) {
+				switch {
+				case i >= hot:
+					return lim.Allow(ctx, fmt.Sprint("cold", i), gcra)
+				case i%2 == 0:
+					return lim.Allow(ctx, "hot", gcra)
+				}
+				return lim.AllowAll(ctx, "hot", []core.Limit{gcra, window}, 1)
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			allowed := 0
+			for i, res := range results {
+				if i >= hot && !res.Allowed {
+					t.Errorf("cold key %d denied: %+v", i, res)
+				}
+				if i < hot && res.Allowed {
+					allowed++
+				}
+			}
+			if allowed != 10 {
+				t.Fatalf("%d of %d decisions on the hot key allowed under 10/h", allowed, hot)
+			}
+			if trips.batchCalls.Load() != 1 || trips.decisions.Load() != 1+hot+cold {
+				t.Fatalf("%d batch script calls, %d decisions run; want one call for the hot key's %d, %d in all with the first",
+					trips.batchCalls.Load(), trips.decisions.Load(), hot, 1+hot+cold)
+			}
+			// The window counted only the admitted AllowAll decisions.
+			res, err := lim.AllowN(ctx, "hot", window, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			admitted := 0
+			for i := 1; i < hot; i += 2 {
+				if results[i].Allowed {
+					admitted++
+				}
+			}
+			if res.Remaining != 20-admitted {
+				t.Fatalf("the window has %d left, want %d: it must count the %d admitted AllowAll decisions only", res.Remaining, 20-admitted, admitted)
+			}
+		})
+	}
+}

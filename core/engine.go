@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +37,8 @@ import (
 // batch script, which makes each decision in turn, rather than a pipeline
 // of one call per decision: the server's cost per call (parsing, finding
 // the script, setting up its KEYS and ARGV, the clock) is then paid once.
+// On a Cluster or Ring, decisions of one hash tag in a batch (a hot key)
+// go as one call of the batch script in the pipeline.
 //
 // Every command is sent at most once: go-redis retries commands after
 // network errors, which would run a decision twice if the first run's reply
@@ -52,7 +56,8 @@ type engine struct {
 	direct  bool                                     // rdb bounds a command by its context's deadline
 	log     *slog.Logger
 
-	oneCall atomic.Bool // a batch goes as one call of batchScript
+	oneCall atomic.Bool // a batch goes as one call of batchScript (a single server)
+	byTag   bool        // calls that share a hash tag go as one call of batchScript
 
 	busy  atomic.Int32 // round trips in flight, a sender's or a direct caller's
 	mu    sync.Mutex
@@ -81,9 +86,6 @@ var errQueueFull = fmt.Errorf("%w: too many decisions waiting for Redis", ErrUna
 func newEngine(rdb redis.Scripter, batch, senders int, batchScript bool, log *slog.Logger) *engine {
 	e := &engine{rdb: rdb, batch: batch, senders: senders, linger: senderLinger,
 		queued: max(batch*senders*queuePerSender, 1024), log: log}
-	if _, single := rdb.(*redis.Client); single && batchScript && batch > 1 {
-		e.oneCall.Store(true)
-	}
 	if p, ok := rdb.(interface{ Pipeline() redis.Pipeliner }); ok && batch > 1 {
 		e.pipe = p.Pipeline
 	}
@@ -92,6 +94,14 @@ func newEngine(rdb redis.Scripter, batch, senders int, batchScript bool, log *sl
 	}); ok {
 		e.process = p.Process
 		e.direct = contextBounded(rdb)
+	}
+	if batchScript && e.pipe != nil && e.process != nil {
+		switch rdb.(type) {
+		case *redis.Client:
+			e.oneCall.Store(true)
+		case *redis.ClusterClient, *redis.Ring:
+			e.byTag = true
+		}
 	}
 	return e
 }
@@ -289,9 +299,10 @@ type sender struct {
 	wake  chan struct{} // one value when an idle sender is handed work
 	pipe  redis.Pipeliner
 	batch []*call
-	retry []*call
+	units []unit
+	todo  []*unit
 	cmds  []redis.Cmder
-	args  []any // of a batch script's call
+	args  []any // the batch script calls' arguments
 }
 
 // run takes batches until there has been no work for the engine's linger.
@@ -360,34 +371,148 @@ func (s *sender) send() {
 		live = append(live, c)
 	}
 	clear(s.batch[len(live):])
-	if len(live) > 1 && e.oneCall.Load() && s.runBatch(live) {
+	switch {
+	case len(live) == 0:
+		return
+	case e.process == nil: // a bare redis.Scripter: one call at a time
 		for _, c := range live {
-			c.answer(c.reply, c.err)
+			reply, err := e.evalScripter(context.Background(), c)
+			if redis.HasErrorPrefix(err, "NOSCRIPT") {
+				c.args[0], c.args[1] = "eval", c.script.srcArg
+				reply, err = e.evalScripter(context.Background(), c)
+			}
+			c.answer(reply, err)
 		}
 		clear(live)
 		return
 	}
-	s.run1(live)
+	s.units = s.plan(s.units[:0], live)
+	s.roundTrip()
+	if u := &s.units[0]; u.batched() && e.oneCall.Load() && redis.HasErrorPrefix(u.err, "CROSSSLOT") {
+		// The keys are not on one server (a cluster or a sharding proxy
+		// behind a plain client). The call ran nothing: send each decision
+		// on its own, from now on.
+		if e.oneCall.Swap(false) {
+			e.log.Warn("redlimit: Redis refused a batch of decisions as CROSSSLOT; sending one script call per decision from now on (WithBatchScript(false) says so from the start)",
+				"error", u.err)
+		}
+		s.units = s.plan(s.units[:0], live)
+		s.roundTrip()
+	}
+	for i := range s.units {
+		s.units[i].answer()
+	}
+	clear(s.units)
+	clear(s.args)
+	clear(live)
+}
 
-	// NOSCRIPT: the server does not have the script, so it did not run;
-	// send those calls again with the source.
-	s.retry = s.retry[:0]
-	for _, c := range live {
-		if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
-			c.args[0], c.args[1] = "eval", c.script.srcArg
-			s.retry = append(s.retry, c)
+// unit is one script call of a round trip: one decision's own call, or
+// several decisions' as one call of batchScript.
+type unit struct {
+	calls  []*call
+	args   []any // EVALSHA's, then EVAL's after NOSCRIPT
+	script *script
+	reply  []int64
+	err    error
+}
+
+func (u *unit) batched() bool { return u.script == batchScript }
+
+// answer hands each call its reply or error.
+func (u *unit) answer() {
+	if !u.batched() {
+		u.calls[0].answer(u.reply, u.err)
+		return
+	}
+	reply := u.reply
+	for _, c := range u.calls {
+		if u.err != nil {
+			c.answer(nil, u.err)
 			continue
 		}
-		c.answer(c.reply, c.err)
+		var mine []int64
+		var err error
+		mine, reply, err = nextDecision(reply, c.args[2].(int))
+		c.answer(mine, err)
 	}
-	if len(s.retry) > 0 {
-		s.run1(s.retry)
-		for _, c := range s.retry {
-			c.answer(c.reply, c.err)
+}
+
+// plan splits calls into the script calls of one round trip: all of them
+// as one call of batchScript to a single server; on a Cluster or Ring, one
+// call of batchScript per hash tag that several share (their keys are on
+// one node, in one slot), which a hot key makes common; else one call each.
+func (s *sender) plan(units []unit, calls []*call) []unit {
+	e := s.e
+	switch {
+	case len(calls) > 1 && e.oneCall.Load():
+		return append(units, s.batchUnit(calls))
+	case len(calls) > 1 && e.byTag:
+		slices.SortFunc(calls, func(a, b *call) int { return strings.Compare(a.tag(), b.tag()) })
+		for len(calls) > 0 {
+			n := 1
+			for n < len(calls) && calls[n].tag() == calls[0].tag() {
+				n++
+			}
+			if n == 1 {
+				units = append(units, unit{calls: calls[:1], args: calls[0].args, script: calls[0].script})
+			} else {
+				units = append(units, s.batchUnit(calls[:n]))
+			}
+			calls = calls[n:]
 		}
-		clear(s.retry)
+		return units
 	}
-	clear(live)
+	for i, c := range calls {
+		units = append(units, unit{calls: calls[i : i+1], args: c.args, script: c.script})
+	}
+	return units
+}
+
+// tag returns the hash tag of the call's keys, which all share it.
+func (c *call) tag() string {
+	key := c.args[3].(string)
+	i := strings.IndexByte(key, '{')
+	j := strings.IndexByte(key[i+1:], '}')
+	return key[i+1 : i+1+j]
+}
+
+// batchUnit lays calls out as one call of batchScript (lua/batch.lua),
+// its arguments in the sender's buffer.
+func (s *sender) batchUnit(calls []*call) unit {
+	keys := 0
+	for _, c := range calls {
+		keys += c.args[2].(int)
+	}
+	start := len(s.args)
+	s.args = append(s.args, "evalsha", batchScript.shaArg, keys)
+	for _, c := range calls { // KEYS: every decision's
+		s.args = append(s.args, c.args[3:3+c.args[2].(int)]...)
+	}
+	for _, c := range calls { // ARGV: per decision, its KEYS and ARGV counts, its ARGV
+		n := c.args[2].(int)
+		argv := c.args[3+n:]
+		s.args = append(append(s.args, n, len(argv)), argv...)
+	}
+	// A full slice expression: a later unit's append must not grow this one.
+	return unit{calls: calls, args: s.args[start:len(s.args):len(s.args)], script: batchScript}
+}
+
+// roundTrip sends the sender's units, as one pipeline when there are
+// several, then once more with the source those the server refused as
+// NOSCRIPT (they did not run).
+func (s *sender) roundTrip() {
+	s.todo = s.todo[:0]
+	for i := range s.units {
+		s.todo = append(s.todo, &s.units[i])
+	}
+	s.exec(s.todo)
+	s.todo = slices.DeleteFunc(s.todo, func(u *unit) bool { return !redis.HasErrorPrefix(u.err, "NOSCRIPT") })
+	for _, u := range s.todo {
+		u.args[0], u.args[1] = "eval", u.script.srcArg
+	}
+	s.exec(s.todo)
+	clear(s.todo)
 }
 
 // once marks a command as one go-redis must never send twice.
@@ -397,90 +522,43 @@ type once struct{ *redis.IntSliceCmd }
 // holds it, after an error: the script may have run.
 func (once) NoRetry() bool { return true }
 
-// run1 sends calls in one round trip and stores each reply or error in its
-// call.
-func (s *sender) run1(calls []*call) {
+// exec sends units in one round trip and stores each one's reply or error.
+func (s *sender) exec(units []*unit) {
 	e, ctx := s.e, context.Background()
-	switch {
-	case len(calls) == 0:
-	case e.process == nil:
-		for _, c := range calls {
-			c.reply, c.err = e.evalScripter(ctx, c)
+	if len(units) <= 1 || s.pipe == nil {
+		for _, u := range units {
+			u.reply, u.err = e.send1(ctx, u.args)
 		}
-	case len(calls) == 1 || s.pipe == nil:
-		for _, c := range calls {
-			e.runOne(ctx, c)
-		}
-	default:
-		s.cmds = s.cmds[:0]
-		for _, c := range calls {
-			s.cmds = append(s.cmds, once{redis.NewIntSliceCmd(ctx, c.args...)})
-		}
-		_ = s.pipe.BatchProcess(ctx, s.cmds...)
-		_, _ = s.pipe.Exec(ctx) // each command carries its own error
-		for i, c := range calls {
-			cmd := s.cmds[i].(once)
-			c.reply, c.err = cmd.Val(), cmd.Err()
-		}
-		clear(s.cmds)
+		return
 	}
+	s.cmds = s.cmds[:0]
+	for _, u := range units {
+		s.cmds = append(s.cmds, once{redis.NewIntSliceCmd(ctx, u.args...)})
+	}
+	_ = s.pipe.BatchProcess(ctx, s.cmds...)
+	_, _ = s.pipe.Exec(ctx) // each command carries its own error
+	for i, u := range units {
+		cmd := s.cmds[i].(once)
+		u.reply, u.err = cmd.Val(), cmd.Err()
+	}
+	clear(s.cmds)
 }
 
-// runOne sends c alone and stores its reply or error in it.
+// runOne sends c alone and stores its reply or error in it, sending it
+// again with the script's source after NOSCRIPT.
 func (e *engine) runOne(ctx context.Context, c *call) {
-	c.reply, c.err = e.eval(ctx, c.args, c.script)
-}
-
-// eval sends one call of s, args being EVALSHA's, and sends it again with
-// the script's source after NOSCRIPT.
-func (e *engine) eval(ctx context.Context, args []any, s *script) ([]int64, error) {
-	for {
-		cmd := redis.NewIntSliceCmd(ctx, args...)
-		_ = e.process(ctx, once{cmd})
-		reply, err := cmd.Val(), cmd.Err()
-		if err == nil || args[0] == "eval" || !redis.HasErrorPrefix(err, "NOSCRIPT") {
-			return reply, err
-		}
-		args[0], args[1] = "eval", s.srcArg
+	c.reply, c.err = e.send1(ctx, c.args)
+	if redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+		c.args[0], c.args[1] = "eval", c.script.srcArg
+		c.reply, c.err = e.send1(ctx, c.args)
 	}
 }
 
-// runBatch sends calls as one call of batchScript and stores each
-// decision's reply or error in its call. It reports false, storing nothing,
-// when the server refused the call as CROSSSLOT (the keys are not on one
-// server: a cluster or a proxy behind a plain client); batching scripts is
-// then off for good, and the calls go in a pipeline as they would without.
-func (s *sender) runBatch(calls []*call) bool {
-	e, keys := s.e, 0
-	for _, c := range calls {
-		keys += c.args[2].(int)
-	}
-	s.args = append(s.args[:0], "evalsha", batchScript.shaArg, keys)
-	for _, c := range calls { // KEYS: every decision's
-		s.args = append(s.args, c.args[3:3+c.args[2].(int)]...)
-	}
-	for _, c := range calls { // ARGV: per decision, its KEYS and ARGV counts, its ARGV
-		n := c.args[2].(int)
-		argv := c.args[3+n:]
-		s.args = append(append(s.args, n, len(argv)), argv...)
-	}
-	reply, err := e.eval(context.Background(), s.args, batchScript)
-	clear(s.args)
-	if err != nil && redis.HasErrorPrefix(err, "CROSSSLOT") {
-		if e.oneCall.Swap(false) {
-			e.log.Warn("redlimit: Redis refused a batch of decisions as CROSSSLOT; sending one script call per decision from now on (WithBatchScript(false) says so from the start)",
-				"error", err)
-		}
-		return false
-	}
-	for _, c := range calls {
-		if err != nil {
-			c.reply, c.err = nil, err
-			continue
-		}
-		c.reply, c.err, reply = nextDecision(reply, c.args[2].(int))
-	}
-	return true
+// send1 sends one script call, args being EVALSHA's or EVAL's.
+func (e *engine) send1(ctx context.Context, args []any) ([]int64, error) {
+	cmd := redis.NewIntSliceCmd(ctx, args...)
+	_ = e.process(ctx, once{cmd})
+	return cmd.Val(), cmd.Err()
 }
 
 // errBatchReply is the error of a decision whose answer is missing from a
@@ -493,22 +571,22 @@ const maxBatchError = 240
 // nextDecision takes the answer of one decision of terms limits off the
 // front of a batch script's reply (see lua/batch.lua): its reply, or the
 // error Redis gave it; and returns the rest.
-func nextDecision(reply []int64, terms int) (mine []int64, err error, rest []int64) {
+func nextDecision(reply []int64, terms int) (mine, rest []int64, err error) {
 	if len(reply) == 0 {
-		return nil, errBatchReply, nil
+		return nil, nil, errBatchReply
 	}
 	status, reply := reply[0], reply[1:]
 	if status == 1 {
 		n := 1 + decisionWidth*terms
 		if len(reply) < n {
-			return nil, errBatchReply, nil
+			return nil, nil, errBatchReply
 		}
-		return reply[:n:n], nil, reply[n:]
+		return reply[:n:n], reply[n:], nil
 	}
 	size := int(-status)
 	words := (size + 5) / 6
 	if size < 0 || size > maxBatchError || len(reply) < words {
-		return nil, errBatchReply, nil
+		return nil, nil, errBatchReply
 	}
 	msg := make([]byte, 0, size)
 	for i, w := range reply[:words] {
@@ -516,7 +594,7 @@ func nextDecision(reply []int64, terms int) (mine []int64, err error, rest []int
 			msg = append(msg, byte(w>>(8*b)))
 		}
 	}
-	return nil, redisError(msg), reply[words:]
+	return nil, reply[words:], redisError(msg)
 }
 
 // redisError is an error Redis gave one decision of a batch script. Like

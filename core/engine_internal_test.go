@@ -32,15 +32,15 @@ func TestNextDecision(t *testing.T) {
 	two := []int64{1, 0, 1, 4, 0, 7, 0, 0, 0, 0, 3, 3, 0, 3} // two limits, the second denies
 	for _, msg := range []string{"", "W", "WRONGT", "WRONGTY", strings.Repeat("é", maxBatchError/2)} {
 		reply := slices.Concat(one, packError(msg), two)
-		mine, err, rest := nextDecision(reply, 1)
+		mine, rest, err := nextDecision(reply, 1)
 		if err != nil || !slices.Equal(mine, one[1:]) {
 			t.Fatalf("first: %v, %v", mine, err)
 		}
-		mine, err, rest = nextDecision(rest, 1)
+		mine, rest, err = nextDecision(rest, 1)
 		if !redis.HasErrorPrefix(err, msg) || err.Error() != msg || mine != nil {
 			t.Fatalf("message of %d bytes: %q, %v", len(msg), err, mine)
 		}
-		mine, err, rest = nextDecision(rest, 2)
+		mine, rest, err = nextDecision(rest, 2)
 		if err != nil || !slices.Equal(mine, two[1:]) || len(rest) != 0 {
 			t.Fatalf("after a message of %d bytes: %v, %v, rest %v", len(msg), mine, err, rest)
 		}
@@ -52,7 +52,7 @@ func TestNextDecision(t *testing.T) {
 		"long message":   packError(strings.Repeat("x", maxBatchError+1)),
 		"unknown status": {2, 1, 1, 9, 0, 5, 0, 0},
 	} {
-		if mine, err, rest := nextDecision(reply, 1); !errors.Is(err, errBatchReply) || mine != nil || rest != nil {
+		if mine, rest, err := nextDecision(reply, 1); !errors.Is(err, errBatchReply) || mine != nil || rest != nil {
 			t.Errorf("%s: %v, %v, rest %v; want errBatchReply and nothing else", name, mine, err, rest)
 		}
 	}

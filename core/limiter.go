@@ -229,8 +229,10 @@ func WithPipelines(n int) Option {
 // which would run a batch of many keys on one shard. A server that refuses
 // the call as CROSSSLOT (a cluster behind one endpoint) turns it off by
 // itself, with a warning: that call did not run and is sent again as a
-// pipeline. Cluster and Ring clients always send one call per decision,
-// pipelined per node.
+// pipeline. On a Cluster or Ring client, the decisions of one batch that
+// share a hash tag (one key decided by many requests at once) go as one
+// call of that script, the others one call each, pipelined per node; off,
+// every decision is a call of its own.
 func WithBatchScript(on bool) Option {
 	return func(l *Limiter) { l.noBatchScript = !on }
 }
