@@ -84,10 +84,10 @@ func checkSpaced(t *testing.T, start time.Time, times []time.Time, step time.Dur
 // interval apart, never early; WaitN of a cost takes its cost's time.
 func TestWaitSpacesWaiters(t *testing.T) {
 	t.Parallel()
-	ctx := waitCtx(t)
 	for _, algo := range []core.Algorithm{core.GCRA, core.TokenBucket, core.LeakyBucket} {
 		t.Run(string(algo), func(t *testing.T) {
 			t.Parallel()
+			ctx := waitCtx(t) // here: a parallel subtest may start long after its parent
 			lim, _ := realTimeLimiter(t)
 			step := 20 * time.Millisecond
 			l := core.Limit{Algorithm: algo, Rate: 1, Period: step, Burst: 1}
