@@ -377,7 +377,7 @@ func (s *sender) send() {
 	case e.process == nil: // a bare redis.Scripter: one call at a time
 		for _, c := range live {
 			reply, err := e.evalScripter(context.Background(), c)
-			if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			if refused(err, "NOSCRIPT") {
 				c.args[0], c.args[1] = "eval", c.script.srcArg
 				reply, err = e.evalScripter(context.Background(), c)
 			}
@@ -388,7 +388,7 @@ func (s *sender) send() {
 	}
 	s.units = s.plan(s.units[:0], live)
 	s.roundTrip()
-	if u := &s.units[0]; u.batched() && e.oneCall.Load() && redis.HasErrorPrefix(u.err, "CROSSSLOT") {
+	if u := &s.units[0]; u.batched() && e.oneCall.Load() && refused(u.err, "CROSSSLOT") {
 		// The keys are not on one server (a cluster or a sharding proxy
 		// behind a plain client). The call ran nothing: send each decision
 		// on its own, from now on.
@@ -403,7 +403,8 @@ func (s *sender) send() {
 		s.units[i].answer()
 	}
 	clear(s.units)
-	clear(s.args)
+	clear(s.args) // drop references to keys and arguments
+	s.args = s.args[:0]
 	clear(live)
 }
 
@@ -507,7 +508,7 @@ func (s *sender) roundTrip() {
 		s.todo = append(s.todo, &s.units[i])
 	}
 	s.exec(s.todo)
-	s.todo = slices.DeleteFunc(s.todo, func(u *unit) bool { return !redis.HasErrorPrefix(u.err, "NOSCRIPT") })
+	s.todo = slices.DeleteFunc(s.todo, func(u *unit) bool { return !refused(u.err, "NOSCRIPT") })
 	for _, u := range s.todo {
 		u.args[0], u.args[1] = "eval", u.script.srcArg
 	}
@@ -548,10 +549,17 @@ func (s *sender) exec(units []*unit) {
 // again with the script's source after NOSCRIPT.
 func (e *engine) runOne(ctx context.Context, c *call) {
 	c.reply, c.err = e.send1(ctx, c.args)
-	if redis.HasErrorPrefix(c.err, "NOSCRIPT") {
+	if refused(c.err, "NOSCRIPT") {
 		c.args[0], c.args[1] = "eval", c.script.srcArg
 		c.reply, c.err = e.send1(ctx, c.args)
 	}
+}
+
+// refused reports whether err is Redis's error reply with this code. It
+// does not call redis.HasErrorPrefix for a nil error, which would cost an
+// allocation per decision.
+func refused(err error, code string) bool {
+	return err != nil && redis.HasErrorPrefix(err, code)
 }
 
 // send1 sends one script call, args being EVALSHA's or EVAL's.
