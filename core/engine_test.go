@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -433,5 +434,39 @@ func TestDirect(t *testing.T) {
 	_, err = lim.Allow(cctx, "stopped", l)
 	if took := time.Since(start); !errors.Is(err, context.Canceled) || took > time.Second {
 		t.Fatalf("cancelled while Redis is stopped: %v after %v, want Canceled by the timeout", err, took)
+	}
+}
+
+// TestDecisionAllocations: a decision costs at most 8 allocations, the
+// Limiter's I/O goroutine and go-redis included (a bare EVALSHA costs 8),
+// alone and when decisions share a batch script call. Under the race
+// detector, which drops pooled objects at random, the bound is 10.
+func TestDecisionAllocations(t *testing.T) {
+	rdb := redistest.Standalone(t).Client(t)
+	lim := core.New(rdb, core.WithPrefix(uniquePrefix()), patient)
+	l := core.PerHour(1_000_000)
+	ctx := context.Background()
+	allow := func() {
+		if _, err := lim.Allow(ctx, "k", l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allow() // loads the script
+	bound := 8.0
+	if raceEnabled {
+		bound = 10
+	}
+	if n := testing.AllocsPerRun(200, allow); n > bound {
+		t.Errorf("%.1f allocations per decision alone, want at most %v", n, bound)
+	}
+
+	// 16 goroutines: most decisions share round trips.
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const goroutines, each = 16, 200
+	hammer(t, lim, goroutines, each, l, func(g, i int) string { return "shared" })
+	runtime.ReadMemStats(&after)
+	if n := float64(after.Mallocs-before.Mallocs) / (goroutines * each); n > bound {
+		t.Errorf("%.1f allocations per decision under load, want at most %v", n, bound)
 	}
 }
