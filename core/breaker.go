@@ -33,8 +33,9 @@ type breaker struct {
 	after time.Duration // 0: never open
 	log   *slog.Logger
 
-	open     atomic.Bool  // read by every decision without the lock
-	failures atomic.Int32 // in a row; read by every success without the lock
+	open     atomic.Bool   // read by every decision without the lock
+	opens    atomic.Uint64 // times it opened; read by metrics without the lock
+	failures atomic.Int32  // in a row; read by every success without the lock
 
 	mu        sync.Mutex
 	since     time.Time // the first failure in the row
@@ -105,6 +106,7 @@ func (b *breaker) failure(now time.Time, probe bool, err error) {
 		ErrUnavailable, failing.Round(time.Millisecond), err)
 	b.nextProbe = now.Add(BreakerProbeInterval)
 	b.probing = false
+	b.opens.Add(1) // first, so that whoever sees it open then counts this opening
 	b.open.Store(true)
 	b.log.Warn("redlimit: Redis is failing; decisions fail fast until a probe succeeds",
 		"failing_for", failing.Round(time.Millisecond), "failures", b.failures.Load(),
@@ -116,6 +118,13 @@ func (b *breaker) failure(now time.Time, probe bool, err error) {
 // now and then (see WithBreaker). It is cheap and safe for concurrent use,
 // for metrics.
 func (l *Limiter) BreakerOpen() bool { return l.breaker.open.Load() }
+
+// BreakerOpens returns how many times the Limiter's breaker has opened
+// since New: zero if it never did, and always with WithBreaker(0). It is
+// cheap and safe for concurrent use, for metrics: as a counter it shows an
+// opening even if the breaker closed again before the next scrape, which
+// BreakerOpen alone would miss.
+func (l *Limiter) BreakerOpens() uint64 { return l.breaker.opens.Load() }
 
 // release ends a probe that proved nothing (its caller left).
 func (b *breaker) release(probe bool) {

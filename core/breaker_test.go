@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -80,6 +81,55 @@ func TestBreakerOpens(t *testing.T) {
 	}
 }
 
+// TestBreakerOpensCounted: BreakerOpens counts each time the breaker
+// opens, not the decisions it fails, and keeps the count once it closes.
+// Redis is paused twice and resumed once between.
+func TestBreakerOpensCounted(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Standalone(t)
+	lim := core.New(srv.Client(t), core.WithTimeout(20*time.Millisecond), core.WithBreaker(100*time.Millisecond),
+		core.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	l := core.PerHour(1_000_000)
+	// until sends decisions, a millisecond apart, until one's error
+	// satisfies done, for at most 5 s.
+	until := func(what string, done func(error) bool) {
+		t.Helper()
+		began := time.Now()
+		var err error
+		for try := 0; try < 5000 && time.Since(began) < 5*time.Second; try++ {
+			if _, err = lim.Allow(context.Background(), "k", l); done(err) {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Fatalf("%s: not within 5 s; the last decision: %v", what, err)
+	}
+	check := func(when string, open bool, opens uint64) {
+		t.Helper()
+		if lim.BreakerOpen() != open || lim.BreakerOpens() != opens {
+			t.Fatalf("%s: BreakerOpen %v, BreakerOpens %d; want %v, %d", when, lim.BreakerOpen(), lim.BreakerOpens(), open, opens)
+		}
+	}
+	failsFast := func(err error) bool { return errors.Is(err, core.ErrUnavailable) }
+	succeeds := func(err error) bool { return err == nil }
+
+	until("a first success", succeeds)
+	check("before any failure", false, 0)
+	srv.Pause()
+	until("the breaker opening", failsFast)
+	check("opened", true, 1)
+	for i := 0; i < 20; i++ {
+		lim.Allow(context.Background(), "k", l) // fail fast, or a probe that times out
+	}
+	check("still open", true, 1)
+	srv.Resume()
+	until("the breaker closing", succeeds)
+	check("closed", false, 1)
+	srv.Pause()
+	until("the breaker opening again", failsFast)
+	check("opened again", true, 2)
+}
+
 // TestBreakerOff: WithBreaker(0) keeps asking, whatever happens.
 func TestBreakerOff(t *testing.T) {
 	t.Parallel()
@@ -88,6 +138,9 @@ func TestBreakerOff(t *testing.T) {
 		if _, err := lim.Allow(context.Background(), "k", core.PerHour(1)); !errors.Is(err, core.ErrTimeout) {
 			t.Fatalf("decision %d: %v, want a timeout every time", i, err)
 		}
+	}
+	if n := lim.BreakerOpens(); n != 0 {
+		t.Fatalf("BreakerOpens %d with the breaker off, want 0", n)
 	}
 }
 

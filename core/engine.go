@@ -208,7 +208,9 @@ func (e *engine) do(ctx context.Context, c *call, timeout time.Duration) ([]int6
 		return nil, err
 	}
 	var expired <-chan time.Time
+	var due time.Time
 	if timeout > 0 {
+		due = time.Now().Add(timeout)
 		t := timers.Get().(*time.Timer)
 		t.Reset(timeout)
 		defer func() {
@@ -222,6 +224,11 @@ func (e *engine) do(ctx context.Context, c *call, timeout time.Duration) ([]int6
 	case <-c.done:
 	case <-expired:
 		err = &timeoutError{timeout}
+		// Both may have passed while this goroutine waited for a CPU: the
+		// earlier one is the answer.
+		if d, ok := ctx.Deadline(); ok && d.Before(due) {
+			err = context.DeadlineExceeded
+		}
 	case <-ctx.Done():
 		err = ctx.Err()
 	}

@@ -12,10 +12,11 @@
 //	redlimit.decisions          counter, {decision}   redlimit.policy, redlimit.outcome
 //	redlimit.decision.duration  histogram, s          redlimit.policy (DefaultBuckets)
 //	redlimit.breaker.open       gauge, 1 while open   redlimit.limiter (WatchLimiter)
+//	redlimit.breaker.opens      counter, {opening}    redlimit.limiter (WatchLimiter)
 //
 // Through a Prometheus exporter they read as promlimit's metrics do:
-// redlimit_decisions_total, redlimit_decision_duration_seconds and
-// redlimit_breaker_open.
+// redlimit_decisions_total, redlimit_decision_duration_seconds,
+// redlimit_breaker_open and redlimit_breaker_opens_total.
 //
 // redlimit.outcome is one of the redlimit.Outcome values: allowed, denied,
 // denied_cached, dry_run_denied, local, error, invalid, skipped.
@@ -55,6 +56,10 @@ const (
 	// BreakerName is 1 while a Limiter's breaker is open (Redis kept
 	// failing; decisions fail at once), else 0, by limiter.
 	BreakerName = "redlimit.breaker.open"
+	// BreakerOpensName counts the times a Limiter's breaker opened since
+	// the Limiter was created, by limiter: an opening shows even if the
+	// breaker closed again before the collection.
+	BreakerOpensName = "redlimit.breaker.opens"
 )
 
 // The attribute keys.
@@ -96,8 +101,10 @@ func WithBuckets(bounds ...float64) Option {
 // own), and watch Limiters' breakers with WatchLimiter. It is safe for
 // concurrent use.
 type Metrics struct {
-	decisions metric.Int64Counter
-	duration  metric.Float64Histogram
+	decisions    metric.Int64Counter
+	duration     metric.Float64Histogram
+	breakerOpen  metric.Int64ObservableGauge
+	breakerOpens metric.Int64ObservableCounter
 
 	// policies caches each policy's attribute sets, as measurement
 	// options, so that a decision builds none: name -> *policyAttrs.
@@ -154,10 +161,17 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 		return nil, fmt.Errorf("otellimit: %w", err)
 	}
 	// No unit: "1" would make a Prometheus exporter add _ratio to the name.
-	_, err = meter.Int64ObservableGauge(BreakerName,
-		metric.WithDescription("1 while the Limiter's circuit breaker is open (Redis kept failing and decisions fail at once), else 0."),
-		metric.WithInt64Callback(m.observeBreakers))
+	m.breakerOpen, err = meter.Int64ObservableGauge(BreakerName,
+		metric.WithDescription("1 while the Limiter's circuit breaker is open (Redis kept failing and decisions fail at once), else 0."))
 	if err != nil {
+		return nil, fmt.Errorf("otellimit: %w", err)
+	}
+	m.breakerOpens, err = meter.Int64ObservableCounter(BreakerOpensName, metric.WithUnit("{opening}"),
+		metric.WithDescription("Times the Limiter's circuit breaker opened since the Limiter was created."))
+	if err != nil {
+		return nil, fmt.Errorf("otellimit: %w", err)
+	}
+	if _, err = meter.RegisterCallback(m.observeBreakers, m.breakerOpen, m.breakerOpens); err != nil {
 		return nil, fmt.Errorf("otellimit: %w", err)
 	}
 	m.observe = m.Observe
@@ -212,9 +226,10 @@ func (m *Metrics) policy(name string) *policyAttrs {
 
 // WatchLimiter reports lim's breaker state as redlimit.breaker.open with
 // the attribute redlimit.limiter=name: 1 while it is open, 0 otherwise,
-// read from lim.BreakerOpen() at each collection. Watch each Limiter once,
-// under a name of its own; a name already watched, or an empty one, is an
-// error.
+// read from lim.BreakerOpen() at each collection; and how many times it
+// opened as redlimit.breaker.opens, read from lim.BreakerOpens(). Watch
+// each Limiter once, under a name of its own; a name already watched, or an
+// empty one, is an error.
 func (m *Metrics) WatchLimiter(lim *core.Limiter, name string) error {
 	switch {
 	case lim == nil:
@@ -234,8 +249,8 @@ func (m *Metrics) WatchLimiter(lim *core.Limiter, name string) error {
 	return nil
 }
 
-// observeBreakers is the gauge's callback.
-func (m *Metrics) observeBreakers(_ context.Context, o metric.Int64Observer) error {
+// observeBreakers is the callback of the breaker gauge and counter.
+func (m *Metrics) observeBreakers(_ context.Context, o metric.Observer) error {
 	m.mu.Lock()
 	limiters := slices.Clone(m.limiters)
 	m.mu.Unlock()
@@ -244,7 +259,9 @@ func (m *Metrics) observeBreakers(_ context.Context, o metric.Int64Observer) err
 		if w.lim.BreakerOpen() {
 			v = 1
 		}
-		o.Observe(v, w.opts...)
+		o.ObserveInt64(m.breakerOpen, v, w.opts...)
+		// Read after BreakerOpen: an open breaker's opening is counted.
+		o.ObserveInt64(m.breakerOpens, int64(w.lim.BreakerOpens()), w.opts...)
 	}
 	return nil
 }

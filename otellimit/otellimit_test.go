@@ -41,6 +41,7 @@ type collected struct {
 	decisions map[[2]string]int64 // {policy, outcome} -> count
 	durations map[string]metricdata.HistogramDataPoint[float64]
 	breakers  map[string]int64 // limiter -> 0 or 1
+	opens     map[string]int64 // limiter -> openings
 	units     map[string]string
 }
 
@@ -52,7 +53,7 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) collected {
 		t.Fatal(err)
 	}
 	c := collected{decisions: map[[2]string]int64{}, durations: map[string]metricdata.HistogramDataPoint[float64]{},
-		breakers: map[string]int64{}, units: map[string]string{}}
+		breakers: map[string]int64{}, opens: map[string]int64{}, units: map[string]string{}}
 	str := func(set attribute.Set, k attribute.Key) string {
 		v, _ := set.Value(k)
 		return v.AsString()
@@ -65,11 +66,20 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) collected {
 			c.units[m.Name] = m.Unit
 			switch data := m.Data.(type) {
 			case metricdata.Sum[int64]:
-				if m.Name != otellimit.DecisionsName || !data.IsMonotonic {
+				if !data.IsMonotonic {
 					t.Errorf("%s: a monotonic sum?", m.Name)
 				}
-				for _, dp := range data.DataPoints {
-					c.decisions[[2]string{str(dp.Attributes, otellimit.PolicyKey), str(dp.Attributes, otellimit.OutcomeKey)}] = dp.Value
+				switch m.Name {
+				case otellimit.DecisionsName:
+					for _, dp := range data.DataPoints {
+						c.decisions[[2]string{str(dp.Attributes, otellimit.PolicyKey), str(dp.Attributes, otellimit.OutcomeKey)}] = dp.Value
+					}
+				case otellimit.BreakerOpensName:
+					for _, dp := range data.DataPoints {
+						c.opens[str(dp.Attributes, otellimit.LimiterKey)] = dp.Value
+					}
+				default:
+					t.Errorf("unexpected sum %s", m.Name)
 				}
 			case metricdata.Histogram[float64]:
 				if m.Name != otellimit.DurationName {
@@ -131,7 +141,8 @@ func send(h http.Handler, path, client string) *httptest.ResponseRecorder {
 // outcome are exact, the histogram counts every decision but the skipped
 // one with the documented units and bucket boundaries, and the breaker
 // gauge of the Limiter whose Redis dies turns 1 once the breaker opens and
-// back to 0 once Redis answers again.
+// back to 0 once Redis answers again, while its openings counter goes from
+// 0 to 1 and stays there.
 func TestCollect(t *testing.T) {
 	t.Parallel()
 	reader := sdkmetric.NewManualReader()
@@ -194,7 +205,8 @@ func TestCollect(t *testing.T) {
 	if got := len(c.decisions); got != 9 {
 		t.Errorf("%d attribute sets of %s, want the 9 that happened: %v", got, otellimit.DecisionsName, c.decisions)
 	}
-	for name, want := range map[string]string{otellimit.DecisionsName: "{decision}", otellimit.DurationName: "s", otellimit.BreakerName: ""} {
+	for name, want := range map[string]string{otellimit.DecisionsName: "{decision}", otellimit.DurationName: "s", otellimit.BreakerName: "",
+		otellimit.BreakerOpensName: "{opening}"} {
 		if got := c.units[name]; got != want {
 			t.Errorf("unit of %s: %q, want %q", name, got, want)
 		}
@@ -205,6 +217,9 @@ func TestCollect(t *testing.T) {
 	for _, name := range []string{"main", "fragile"} {
 		if v, ok := c.breakers[name]; !ok || v != 0 {
 			t.Errorf("%s{%s} = %v (reported: %v), want 0", otellimit.BreakerName, name, v, ok)
+		}
+		if v, ok := c.opens[name]; !ok || v != 0 {
+			t.Errorf("%s{%s} = %v (reported: %v), want 0", otellimit.BreakerOpensName, name, v, ok)
 		}
 	}
 
@@ -235,6 +250,11 @@ func TestCollect(t *testing.T) {
 	if c.breakers["main"] != 0 {
 		t.Errorf("%s{main} = 1, want 0: its Redis is up", otellimit.BreakerName)
 	}
+	for name, want := range map[string]int64{"main": 0, "fragile": 1} {
+		if c.opens[name] != want {
+			t.Errorf("%s{%s} = %d with the breaker open, want %d", otellimit.BreakerOpensName, name, c.opens[name], want)
+		}
+	}
 	// Redis returns: the next probe (BreakerProbeInterval) closes it.
 	if err := fragileRedis.Restart(); err != nil {
 		t.Fatal(err)
@@ -243,6 +263,9 @@ func TestCollect(t *testing.T) {
 	c = collect(t, reader)
 	checkCounts(t, c, "fragile", fragileWant)
 	checkCounts(t, c, "api", apiWant)
+	if c.opens["fragile"] != 1 {
+		t.Errorf("%s{fragile} = %d with the breaker closed again, want 1: a counter keeps the opening", otellimit.BreakerOpensName, c.opens["fragile"])
+	}
 }
 
 // TestObserveAllocs: once a policy has been seen, observing a decision

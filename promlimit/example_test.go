@@ -55,6 +55,7 @@ func ExampleNew() {
 	}
 	// Output:
 	// redlimit_breaker_open{limiter="default"} 0
+	// redlimit_breaker_opens_total{limiter="default"} 0
 	// redlimit_decision_duration_seconds_count{policy="api"} 4
 	// redlimit_decisions_total{outcome="allowed",policy="api"} 2
 	// redlimit_decisions_total{outcome="denied",policy="api"} 1

@@ -11,6 +11,7 @@
 //	redlimit_decisions_total{policy,outcome}         counter
 //	redlimit_decision_duration_seconds{policy}       histogram (DefaultBuckets)
 //	redlimit_breaker_open{limiter}                   gauge, 1 while open (WatchLimiter)
+//	redlimit_breaker_opens_total{limiter}            counter, openings (WatchLimiter)
 //
 // outcome is one of the redlimit.Outcome values: allowed, denied,
 // denied_cached, dry_run_denied, local, error, invalid, skipped. policy is
@@ -43,6 +44,10 @@ const (
 	// BreakerName is 1 while a Limiter's breaker is open (Redis kept
 	// failing; decisions fail at once), else 0, by limiter.
 	BreakerName = "redlimit_breaker_open"
+	// BreakerOpensName counts the times a Limiter's breaker opened since
+	// the Limiter was created, by limiter: an opening shows even if the
+	// breaker closed again before the scrape.
+	BreakerOpensName = "redlimit_breaker_opens_total"
 )
 
 // The label names.
@@ -140,9 +145,14 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Buckets:     c.buckets,
 			ConstLabels: c.constLabels,
 		}, []string{PolicyLabel}),
-		breaker: &breakerCollector{desc: prometheus.NewDesc(BreakerName,
-			"1 while the Limiter's circuit breaker is open (Redis kept failing and decisions fail at once), else 0.",
-			[]string{LimiterLabel}, c.constLabels)},
+		breaker: &breakerCollector{
+			open: prometheus.NewDesc(BreakerName,
+				"1 while the Limiter's circuit breaker is open (Redis kept failing and decisions fail at once), else 0.",
+				[]string{LimiterLabel}, c.constLabels),
+			opens: prometheus.NewDesc(BreakerOpensName,
+				"Times the Limiter's circuit breaker opened since the Limiter was created.",
+				[]string{LimiterLabel}, c.constLabels),
+		},
 	}
 	m.observe = m.Observe
 	if reg != nil {
@@ -195,8 +205,10 @@ func (m *Metrics) policy(name string) *policyMetrics {
 
 // WatchLimiter exports lim's breaker state as redlimit_breaker_open with
 // the label limiter="name": 1 while it is open, 0 otherwise, read from
-// lim.BreakerOpen() at each scrape. Watch each Limiter once, under a name
-// of its own; a name already watched, or an empty one, is an error.
+// lim.BreakerOpen() at each scrape; and how many times it opened as
+// redlimit_breaker_opens_total, read from lim.BreakerOpens(). Watch each
+// Limiter once, under a name of its own; a name already watched, or an
+// empty one, is an error.
 func (m *Metrics) WatchLimiter(lim *core.Limiter, name string) error {
 	return m.breaker.watch(lim, name)
 }
@@ -221,7 +233,8 @@ var _ prometheus.Collector = (*Metrics)(nil)
 // breakerCollector reads the breakers of the watched Limiters at scrape
 // time.
 type breakerCollector struct {
-	desc *prometheus.Desc
+	open  *prometheus.Desc // BreakerName
+	opens *prometheus.Desc // BreakerOpensName
 
 	mu       sync.Mutex
 	limiters []watched
@@ -250,7 +263,10 @@ func (b *breakerCollector) watch(lim *core.Limiter, name string) error {
 	return nil
 }
 
-func (b *breakerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- b.desc }
+func (b *breakerCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- b.open
+	ch <- b.opens
+}
 
 func (b *breakerCollector) Collect(ch chan<- prometheus.Metric) {
 	b.mu.Lock()
@@ -261,6 +277,8 @@ func (b *breakerCollector) Collect(ch chan<- prometheus.Metric) {
 		if w.lim.BreakerOpen() {
 			v = 1
 		}
-		ch <- prometheus.MustNewConstMetric(b.desc, prometheus.GaugeValue, v, w.name)
+		ch <- prometheus.MustNewConstMetric(b.open, prometheus.GaugeValue, v, w.name)
+		// Read after BreakerOpen: an open breaker's opening is counted.
+		ch <- prometheus.MustNewConstMetric(b.opens, prometheus.CounterValue, float64(w.lim.BreakerOpens()), w.name)
 	}
 }

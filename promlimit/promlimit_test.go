@@ -77,6 +77,10 @@ func durationCount(policy string) string {
 
 func breakerOpen(limiter string) string { return `redlimit_breaker_open{limiter="` + limiter + `"}` }
 
+func breakerOpens(limiter string) string {
+	return `redlimit_breaker_opens_total{limiter="` + limiter + `"}`
+}
+
 var allOutcomes = []redlimit.Outcome{
 	redlimit.OutcomeAllowed, redlimit.OutcomeDenied, redlimit.OutcomeCached, redlimit.OutcomeDryRun,
 	redlimit.OutcomeLocal, redlimit.OutcomeError, redlimit.OutcomeInvalid, redlimit.OutcomeSkipped,
@@ -116,7 +120,8 @@ func send(h http.Handler, path, client string) *httptest.ResponseRecorder {
 // policy and outcome are exact, every outcome of a policy seen is exported
 // (0 until it happens), the histogram counts every decision but the
 // skipped one, and the breaker gauge of the Limiter whose Redis dies turns
-// 1 once the breaker opens and back to 0 once Redis answers again.
+// 1 once the breaker opens and back to 0 once Redis answers again, while
+// its openings counter goes from 0 to 1 and stays there.
 func TestScrape(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
@@ -178,6 +183,9 @@ func TestScrape(t *testing.T) {
 		if v, ok := got[breakerOpen(name)]; !ok || v != 0 {
 			t.Errorf("%s = %v (exported: %v), want 0", breakerOpen(name), v, ok)
 		}
+		if v, ok := got[breakerOpens(name)]; !ok || v != 0 {
+			t.Errorf("%s = %v (exported: %v), want 0", breakerOpens(name), v, ok)
+		}
 	}
 
 	// Keep deciding while Redis is down: the breaker opens after 10 ms and
@@ -208,6 +216,11 @@ func TestScrape(t *testing.T) {
 	if got[breakerOpen("main")] != 0 {
 		t.Errorf("%s = %v, want 0: its Redis is up", breakerOpen("main"), got[breakerOpen("main")])
 	}
+	for name, want := range map[string]float64{"main": 0, "fragile": 1} {
+		if got[breakerOpens(name)] != want {
+			t.Errorf("%s = %v with the breaker open, want %v", breakerOpens(name), got[breakerOpens(name)], want)
+		}
+	}
 
 	// Redis returns: the next probe (BreakerProbeInterval) closes it.
 	if err := fragileRedis.Restart(); err != nil {
@@ -218,6 +231,9 @@ func TestScrape(t *testing.T) {
 	checkCounts(t, got, "fragile", fragileWant)
 	if fragileWant[redlimit.OutcomeAllowed] < 2 {
 		t.Errorf("the breaker closed without a decision Redis answered: %v", fragileWant)
+	}
+	if got[breakerOpens("fragile")] != 1 {
+		t.Errorf("%s = %v with the breaker closed again, want 1: a counter keeps the opening", breakerOpens("fragile"), got[breakerOpens("fragile")])
 	}
 	// What happened before is kept.
 	checkCounts(t, got, "api", map[redlimit.Outcome]int{redlimit.OutcomeAllowed: 3, redlimit.OutcomeDenied: 1,
