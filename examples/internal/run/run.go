@@ -188,8 +188,11 @@ func Check(t *testing.T, newApp func(*core.Limiter) http.Handler) {
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	// Generous: tests run in parallel, under -race, on small machines.
-	app := newApp(core.New(rdb, core.WithTimeout(10*time.Second)))
+	// Generous: tests run in parallel, under -race, on small machines; and
+	// on a clock that stands still, so that a slow run refills nothing
+	// (10/s gives one back every 100 ms).
+	still := time.Now()
+	app := newApp(core.New(rdb, core.WithTimeout(10*time.Second), core.WithClock(func() time.Time { return still })))
 	send := func(method, path string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(method, path, nil)
 		if method == http.MethodGet {
