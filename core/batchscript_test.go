@@ -65,16 +65,21 @@ func queueBehindFirst(t *testing.T, lim *core.Limiter, hold *holdHook, l core.Li
 func TestBatchScript(t *testing.T) {
 	t.Parallel()
 	sentinel := redistest.NewSentinel(t)
+	srv := redistest.Standalone(t)
+	resp2 := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2})
+	t.Cleanup(func() { resp2.Close() })
 	clients := map[string]*redis.Client{
 		"miniredis":  redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}),
-		"standalone": redistest.Standalone(t).Client(t),
+		"standalone": srv.Client(t),
+		"resp2":      resp2, // the replies are integer arrays, the same in RESP2
 		"sentinel":   sentinel.Client(t),
 	}
 	for name, rdb := range clients {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			lim := core.New(rdb, core.WithPrefix(uniquePrefix()), core.WithPipelines(1), patient)
+			prefix := uniquePrefix()
+			lim := core.New(rdb, core.WithPrefix(prefix), core.WithPipelines(1), patient)
 			gcra, window := core.PerHour(10), core.Limit{Rate: 5, Period: time.Minute, Algorithm: core.FixedWindow}
 
 			// The key "bad" holds a hash where the GCRA key's string goes.
@@ -82,7 +87,7 @@ func TestBatchScript(t *testing.T) {
 				t.Fatal(err)
 			}
 			var bad string
-			keys, err := rdb.Keys(ctx, "*{bad}*").Result()
+			keys, err := rdb.Keys(ctx, prefix+"*{bad}*").Result()
 			if err == nil && len(keys) != 1 {
 				err = fmt.Errorf("keys %q, want one", keys)
 			}
