@@ -2,6 +2,9 @@ package redlimit_test
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -33,11 +36,15 @@ func ExampleParseRules() {
 	}
 	delete(rules, "GET /export/*")
 	rs, _ := redlimit.NewRuleSet(lim, rules)
-	for _, p := range rs.Policies() {
-		fmt.Printf("%s: %v\n", p.Name(), p.Limit())
+	for _, target := range []string{"POST /login", "GET /api/users/7", "GET /health"} {
+		method, path, _ := strings.Cut(target, " ")
+		r := httptest.NewRequest(method, path, nil)
+		d := redlimit.Serve(rs, httptest.NewRecorder(), r, func(http.ResponseWriter, *http.Request) int { return http.StatusOK })
+		fmt.Printf("%-16s rule %q, %d remaining\n", target, d.Policy, d.Result.Remaining)
 	}
 	// Output:
 	// redlimit: rule "GET /export/*": redlimit: invalid limit: "10/h token_bucket burst=0": burst must be positive, not 0
-	// GET /api/*: 100/s
-	// POST /login: 5/m sliding_log
+	// POST /login      rule "POST /login", 4 remaining
+	// GET /api/users/7 rule "GET /api/*", 99 remaining
+	// GET /health      rule "", 0 remaining
 }

@@ -2,151 +2,142 @@ package redlimit
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
-	"runtime"
-	"sync"
 	"time"
-	"weak"
-
-	"github.com/dunglas/httpsfv"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/bridge"
 	"github.com/redlimit/redlimit/keyfunc"
 )
 
-// Defaults of the options.
-const (
-	// DefaultTimeout is the Limiter's default timeout (core.DefaultTimeout),
-	// which bounds each decision unless WithTimeout, here or on the
-	// Limiter (core.WithTimeout), says otherwise.
-	DefaultTimeout = core.DefaultTimeout
-	// DefaultLocalKeys bounds the keys FailLocal tracks in memory.
-	DefaultLocalKeys = 10_000
-	// maxNameLen bounds policy names, which are part of every Redis key.
-	maxNameLen = 256
-	// hashKeysOver: keys longer than this are replaced by their SHA-256, so
-	// a client cannot make Redis store long keys.
-	hashKeysOver = 128
-)
+// Policy is what an adapter enforces: one set of limits for every request
+// (NewPolicy), or a rules table that picks one per request (NewRuleSet).
+// Adapters take either, and so does Serve. A Policy is safe for concurrent
+// use.
+type Policy interface {
+	// policyFor returns the policy that applies to r, or nil for none.
+	policyFor(r *http.Request) *policy
+}
 
-// Policy is one or more limits with everything the HTTP layer needs to
-// enforce them: key function, cost, failure policy, headers. Adapters build
-// one per middleware; a rules table builds one per rule. It is safe for
-// concurrent use.
-type Policy struct {
+// NewPolicy checks the limit and options and returns the Policy that
+// enforces them on every request. It does no I/O. Errors name what is
+// wrong; a bad limit wraps core.ErrInvalidLimit. The adapters' New
+// functions call it, and panic on its error.
+func NewPolicy(lim *core.Limiter, limit core.Limit, opts ...Option) (Policy, error) {
+	c := newConfig(opts)
+	p, err := c.policy(lim, append([]core.Limit{limit}, c.also...))
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Serve runs one request through p, top to bottom: it finds the policy
+// that applies (none: next serves it), decides (skip, key, limits, one
+// decision on Redis, the failure policy), sets the rate-limit headers, and
+// either answers a request that may not proceed (429, 503 or 400, with the
+// deny handler, a problem or the JSON body) or hands it to next. next
+// serves the request and returns the status it answered with, 0 if it
+// cannot tell. It is what the adapters call; gin's aborts the chain when
+// the returned Decision is not Allowed.
+func Serve(p Policy, w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request) int) Decision {
+	pol := p.policyFor(r)
+	if pol == nil {
+		next(w, r)
+		return Decision{}
+	}
+	d := pol.decide(w, r)
+	if !d.Allowed() {
+		pol.answer.deny(w, r, d)
+		return d
+	}
+	next(w, r)
+	return d
+}
+
+// policy is one or more limits with everything a request needs to be
+// decided under them. It is built once and only read afterwards.
+type policy struct {
 	lim      *core.Limiter
 	name     string
-	limits   []core.Limit // its own: the first, then WithAlso's
-	also     []core.Limit
 	quotas   []quota // what a request is decided under: a rules table's catch-all's, then its own
 	inherits int     // how many of quotas are the catch-all's
 	pick     func(*http.Request) ([]core.Limit, error)
-
-	key       keyfunc.Func
-	cost      int
-	skip      func(*http.Request) bool
-	deny      func(http.ResponseWriter, *http.Request, Decision)
-	onError   func(*http.Request, error)
-	observe   func(*http.Request, Decision)
-	failure   Failure
-	localKeys int
-	local     *localLimiter
-	timeout   time.Duration // core.Request.Timeout: 0 is the Limiter's
-	dryRun    bool
-	log       *slog.Logger
-	errLog    throttle
-	dryLog    throttle
-
-	// answers
-	profile         HeaderProfile
-	resetUnix       bool
-	jitter          time.Duration
-	pkSecret        []byte
-	problem         bool
-	frameworkErrors bool
+	key      keyfunc.Func
+	cost     int
+	skip     func(*http.Request) bool
+	observe  func(*http.Request, Decision)
+	failure  Failure
+	local    fallback // FailLocal's; nil otherwise
+	dryRun   bool
+	answer   answerer
+	log      *slog.Logger
+	errLog   throttle
+	dryLog   throttle
 }
 
-// NewPolicy checks the limit and options and returns a Policy. It does no
-// I/O. Errors name what is wrong.
-func NewPolicy(lim *core.Limiter, limit core.Limit, opts ...Option) (*Policy, error) {
-	p, err := newPolicy(lim, []core.Limit{limit}, opts)
-	if err != nil {
-		return nil, err
+func (p *policy) policyFor(*http.Request) *policy { return p }
+
+// Bounds of a policy.
+const (
+	maxNameLen   = 256 // names are part of every Redis key
+	hashKeysOver = 128 // longer keys are replaced by their SHA-256, so a client cannot make Redis store long keys
+)
+
+func newConfig(opts []Option) config {
+	c := config{key: keyfunc.IP(), cost: 1}
+	for _, opt := range opts {
+		opt(&c)
 	}
-	if err := claimName(lim, p.name, p.unnamed()); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return c
 }
 
-// MustPolicy is NewPolicy that panics on an error: for the adapters' one-line
-// constructors, which run at start-up.
-func MustPolicy(lim *core.Limiter, limit core.Limit, opts ...Option) *Policy {
-	p, err := NewPolicy(lim, limit, opts...)
-	if err != nil {
-		panic(err)
-	}
-	return p
-}
-
-// newPolicy builds a policy of limits (and WithAlso's) with opts; its name
-// is not claimed yet.
-func newPolicy(lim *core.Limiter, limits []core.Limit, opts []Option) (*Policy, error) {
+// policy checks c and builds a policy of limits with it.
+func (c *config) policy(lim *core.Limiter, limits []core.Limit) (*policy, error) {
 	if lim == nil {
 		return nil, errors.New("redlimit: nil *core.Limiter")
 	}
-	p := &Policy{lim: lim, key: keyfunc.IP(), cost: 1, localKeys: DefaultLocalKeys}
-	for _, opt := range opts {
-		opt(p)
+	name := c.name
+	if name == "" {
+		name = formatLimits(limits)
 	}
-	p.limits = append(limits[:len(limits):len(limits)], p.also...)
-	if err := core.ValidateLimits(p.limits); err != nil {
+	if err := checkLimits(nil, limits); err != nil {
 		return nil, err
 	}
-	burst := smallestBurst(p.limits)
+	burst := smallestBurst(limits)
 	switch {
-	case p.key == nil:
+	case c.key == nil:
 		return nil, errors.New("redlimit: WithKey(nil)")
-	case p.cost < 1 || p.cost > burst:
-		return nil, fmt.Errorf("redlimit: cost %d must be between 1 and the burst of %v (%d)", p.cost, core.FormatLimits(p.limits), burst)
-	case p.timeout < 0:
-		return nil, fmt.Errorf("redlimit: negative timeout %v", p.timeout)
-	case p.failure < FailOpen || p.failure > FailLocal:
-		return nil, fmt.Errorf("redlimit: unknown failure policy %v", p.failure)
-	case p.failure == FailLocal && p.localKeys < 1:
-		return nil, fmt.Errorf("redlimit: WithLocalKeys(%d) must be at least 1", p.localKeys)
-	case p.profile < HeadersXRateLimit || p.profile > HeadersNone:
-		return nil, fmt.Errorf("redlimit: unknown header profile %d", p.profile)
-	case p.jitter < 0:
-		return nil, fmt.Errorf("redlimit: negative Retry-After jitter %v", p.jitter)
-	case p.pkSecret != nil && len(p.pkSecret) < 16:
-		return nil, fmt.Errorf("redlimit: WithPartitionKey: a secret of %d bytes; want at least 16", len(p.pkSecret))
+	case c.cost < 1 || c.cost > burst:
+		return nil, fmt.Errorf("redlimit: cost %d must be between 1 and the burst of %v (%d)", c.cost, formatLimits(limits), burst)
+	case c.failure < FailOpen || c.failure > FailLocal:
+		return nil, fmt.Errorf("redlimit: unknown failure policy %v", c.failure)
+	case len(name) > maxNameLen:
+		return nil, fmt.Errorf("redlimit: policy name of %d bytes is longer than %d", len(name), maxNameLen)
 	}
-	if p.name == "" {
-		p.name = core.FormatLimits(p.limits)
+	for i := 0; i < len(name); i++ {
+		if b := name[i]; b < 0x20 || b > 0x7e {
+			return nil, fmt.Errorf("redlimit: policy name %q: byte %d is not printable ASCII, which the RateLimit header fields cannot carry", name, i)
+		}
 	}
-	if p.log == nil {
+	if err := c.answer.check(); err != nil {
+		return nil, err
+	}
+	p := &policy{lim: lim, name: name, quotas: quotasOf(name, limits), pick: c.pick, key: c.key, cost: c.cost,
+		skip: c.skip, observe: c.observe, failure: c.failure, dryRun: c.dryRun, answer: c.answer, log: limiterLog(lim)}
+	if p.log == nil { // the zero Limiter
 		p.log = slog.Default()
 	}
-	if err := checkName(p.name); err != nil {
-		return nil, err
-	}
-	p.quotas = quotasOf(p.name, p.limits)
 	if p.failure == FailLocal {
-		p.local = newLocalLimiter(p.localKeys)
+		p.local = newFallback(localKeys)
 	}
 	return p, nil
 }
-
-// unnamed reports whether p's name is its default.
-func (p *Policy) unnamed() bool { return p.name == core.FormatLimits(p.limits) }
 
 func smallestBurst(limits []core.Limit) int {
 	burst := limits[0].Capacity()
@@ -156,56 +147,39 @@ func smallestBurst(limits []core.Limit) int {
 	return burst
 }
 
-// checkName refuses names the RateLimit headers' structured-field strings
-// cannot carry, and names too long for a key.
-func checkName(name string) error {
-	if len(name) > maxNameLen {
-		return fmt.Errorf("redlimit: policy name of %d bytes is longer than %d", len(name), maxNameLen)
+// decide decides r, sets the rate-limit headers on w, waits a shaping
+// limit's delay, and tells the observer.
+func (p *policy) decide(w http.ResponseWriter, r *http.Request) Decision {
+	var start time.Time
+	if p.observe != nil {
+		start = time.Now()
 	}
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; c < 0x20 || c > 0x7e {
-			return fmt.Errorf("redlimit: policy name %q: byte %d is not printable ASCII, which the RateLimit header fields cannot carry", name, i)
+	var each [bridge.MaxLimits]core.Result
+	d, quotas := p.verdict(r, each[:])
+	if quotas != nil {
+		p.answer.headers(w.Header(), &d, quotas, each[:len(quotas)])
+	}
+	if d.Allowed() && d.Result.Delay > 0 {
+		if err := sleep(r.Context(), d.Result.Delay); err != nil {
+			d.Outcome, d.Status, d.Err = OutcomeError, http.StatusServiceUnavailable, err
 		}
 	}
-	return nil
-}
-
-// Name returns the policy's name: the scope of its state in Redis.
-func (p *Policy) Name() string { return p.name }
-
-// Limit returns the policy's own limit (the first of Limits).
-func (p *Policy) Limit() core.Limit { return p.limits[0] }
-
-// Limits returns the policy's limits: its own, then WithAlso's. A rules
-// table's catch-all limits, which its rules' requests are decided under
-// too, are not among them.
-func (p *Policy) Limits() []core.Limit { return append([]core.Limit(nil), p.limits...) }
-
-// Match returns p: a single policy applies to every request. It lets
-// adapters treat a Policy and a RuleSet alike.
-func (p *Policy) Match(*http.Request) *Policy { return p }
-
-// Decide runs the request flow: skip, key, decision (bounded by the
-// timeout, with the failure policy on errors), headers on w, and for a
-// shaping limit the wait before serving. It does not write a status or
-// body: when the Decision is not Allowed, answer with Deny, or in the
-// framework's own way.
-func (p *Policy) Decide(w http.ResponseWriter, r *http.Request) Decision {
-	if p.observe == nil {
-		return p.decide(w, r)
+	if p.observe != nil {
+		d.Duration = time.Since(start)
+		p.observe(r, d)
 	}
-	start := time.Now()
-	d := p.decide(w, r)
-	d.Duration = time.Since(start)
-	p.observe(r, d)
 	return d
 }
 
-func (p *Policy) decide(w http.ResponseWriter, r *http.Request) Decision {
+// verdict decides r: skip, key, limits, one decision on Redis (the
+// fallback's when Redis fails under FailLocal), and what that means for
+// the request. It fills each with every limit's result and returns the
+// quotas the headers describe, nil when they should say nothing.
+func (p *policy) verdict(r *http.Request, each []core.Result) (Decision, []quota) {
 	d := Decision{Policy: p.name}
 	if p.skip != nil && p.skip(r) {
-		d.Skipped = true
-		return d
+		d.Outcome = OutcomeSkipped
+		return d, nil
 	}
 	key, err := p.key(r)
 	var quotas []quota
@@ -214,102 +188,77 @@ func (p *Policy) decide(w http.ResponseWriter, r *http.Request) Decision {
 		quotas, err = p.requestQuotas(r)
 	}
 	if err != nil {
-		return p.badRequest(d, err)
+		return p.invalid(d, err), nil
 	}
 
-	var termBuf [core.MaxTerms]core.Term
-	var eachBuf [core.MaxTerms]core.Result
-	terms, each := termBuf[:len(quotas)], eachBuf[:len(quotas)]
+	var scopeBuf [bridge.MaxLimits]string
+	var limitBuf [bridge.MaxLimits]core.Limit
+	scopes, limits, each := scopeBuf[:len(quotas)], limitBuf[:len(quotas)], each[:len(quotas)]
 	for i, q := range quotas {
-		terms[i] = core.Term{Scope: q.scope, Limit: q.limit, N: p.cost}
+		scopes[i], limits[i] = q.scope, q.limit
 	}
-	d.Result, d.Err = p.lim.DecideEach(r.Context(), core.Request{Key: d.Key, Terms: terms, Timeout: p.timeout}, each)
+	d.Result, d.binding, d.Err = decide(p.lim, r.Context(), d.Key, scopes, limits, p.cost, each)
 	switch {
 	case d.Err == nil:
+		d.Outcome = OutcomeAllowed
 	case isInputError(d.Err): // limits a request picked, or its key: never a pass
-		return p.badRequest(d, d.Err)
+		return p.invalid(d, d.Err), nil
 	case r.Context().Err() != nil: // the client left: not Redis's fault
-		d.Status, d.Err = http.StatusServiceUnavailable, r.Context().Err()
-		return d
+		d.Outcome, d.Status, d.Err = OutcomeError, http.StatusServiceUnavailable, r.Context().Err()
+		return d, nil
 	default:
 		p.reportError(r, d.Err)
 		switch {
 		case p.failure == FailLocal:
-			d.Result, d.Local = p.local.allow(d.Key, terms, time.Now(), each), true
+			d.Result, d.binding = p.local(d.Key, scopes, limits, p.cost, each)
+			d.Outcome = OutcomeLocal
 		case p.failure == FailClosed && !p.dryRun:
-			d.Status = http.StatusServiceUnavailable
-			setRetryAfter(w.Header(), time.Second)
-			return d
+			d.Outcome, d.Status = OutcomeError, http.StatusServiceUnavailable
+			return d, nil
 		default: // fail open, or a dry run, which never blocks
-			return d
+			d.Outcome = OutcomeError
+			return d, nil
 		}
 	}
 
-	if p.dryRun {
+	switch {
+	case p.dryRun: // decides and reports, never blocks nor answers
 		if !d.Result.Allowed {
-			d.DryRun = true
+			if d.Outcome != OutcomeLocal {
+				d.Outcome = OutcomeDryRun
+			}
 			p.reportDryRun(r, d.Result)
 		}
-		return d
+		return d, nil
+	case d.Result.Allowed:
+		return d, quotas
+	case d.Outcome == OutcomeLocal:
+	case d.Result.Cached:
+		d.Outcome = OutcomeCached
+	default:
+		d.Outcome = OutcomeDenied
 	}
-	a := answer{quotas: quotas, each: each, res: d.Result}
-	if !d.Result.Allowed {
-		a.retryAfter = p.retryAfter(d.Result.RetryAfter)
-		d.retryAfter = a.retryAfter
-		if p.problem {
-			d.violated = violated(quotas, each)
-		}
+	d.Status = http.StatusTooManyRequests
+	d.retryAfter = p.answer.retryAfter(d.Result.RetryAfter)
+	if p.answer.problem {
+		d.violated = violated(quotas, each)
 	}
-	if p.pkSecret != nil {
-		a.pk = p.partitionKey(d.Key)
-	}
-	p.setHeaders(w.Header(), a)
-	if !d.Result.Allowed {
-		d.Status = http.StatusTooManyRequests
-		return d
-	}
-	if d.Result.Delay > 0 {
-		if err := sleep(r.Context(), d.Result.Delay); err != nil {
-			d.Status, d.Err = http.StatusServiceUnavailable, err
-		}
+	return d, quotas
+}
+
+// invalid is the verdict on a request without a key, or whose limits are
+// wrong: 400, or a pass in a dry run.
+func (p *policy) invalid(d Decision, err error) Decision {
+	d.Outcome, d.Err = OutcomeInvalid, err
+	if !p.dryRun {
+		d.Status = http.StatusBadRequest
 	}
 	return d
 }
 
-// retryAfter is the Retry-After of a denial that must wait d: whole
-// seconds, rounded up, at least 1, plus the jitter, which only adds.
-func (p *Policy) retryAfter(d time.Duration) int64 {
-	if p.jitter > 0 && d < core.InfDuration-p.jitter {
-		d += rand.N(p.jitter)
-	}
-	return max(1, seconds(d))
-}
-
-// partitionKey is the draft's pk parameter for key: ";pk=:<base64>:".
-func (p *Policy) partitionKey(key string) string {
-	mac := hmac.New(sha256.New, p.pkSecret)
-	mac.Write([]byte(key))
-	pk, err := httpsfv.Marshal(httpsfv.NewItem(mac.Sum(nil)[:12]))
-	if err != nil { // not reached: any bytes are a Byte Sequence
-		return ""
-	}
-	return ";pk=" + pk
-}
-
-// violated names the list members that denied.
-func violated(quotas []quota, each []core.Result) []string {
-	var names []string
-	for i, r := range each {
-		if !r.Allowed {
-			names = append(names, quotas[i].name)
-		}
-	}
-	return names
-}
-
 // requestQuotas returns what r is decided under: the policy's quotas, or,
 // with WithRequestLimits, the catch-all's and the limits r picked.
-func (p *Policy) requestQuotas(r *http.Request) ([]quota, error) {
+func (p *policy) requestQuotas(r *http.Request) ([]quota, error) {
 	if p.pick == nil {
 		return p.quotas, nil
 	}
@@ -319,22 +268,10 @@ func (p *Policy) requestQuotas(r *http.Request) ([]quota, error) {
 		return nil, fmt.Errorf("redlimit: the request's limits: %w", err)
 	case limits == nil:
 		return p.quotas, nil
-	case len(limits)+p.inherits > core.MaxTerms:
-		return nil, fmt.Errorf("%w: the request picked %d limits; at most %d", core.ErrInvalidLimit, len(limits), core.MaxTerms-p.inherits)
+	case len(limits)+p.inherits > bridge.MaxLimits:
+		return nil, fmt.Errorf("%w: the request picked %d limits; at most %d", core.ErrInvalidLimit, len(limits), bridge.MaxLimits-p.inherits)
 	}
 	return append(p.quotas[:p.inherits:p.inherits], quotasOf(p.name, limits)...), nil
-}
-
-// badRequest answers a request without a key, or whose limits are wrong:
-// 400, or a pass in a dry run.
-func (p *Policy) badRequest(d Decision, err error) Decision {
-	d.Err, d.invalid = err, true
-	if p.dryRun {
-		d.DryRun = true // would have answered 400
-	} else {
-		d.Status = http.StatusBadRequest
-	}
-	return d
 }
 
 // isInputError reports an error of the request's own making, which no
@@ -362,33 +299,4 @@ func hashLong(key string) string {
 	}
 	sum := sha256.Sum256([]byte(key))
 	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// Names of policies, per Limiter: a default name may be used once, so
-// that two unnamed policies with the same limits never share state by
-// accident; explicit names may be shared on purpose. A Limiter's names are
-// forgotten when it is collected.
-var policyNames sync.Map // weak.Pointer[core.Limiter] -> *nameSet
-
-type nameSet struct {
-	mu    sync.Mutex
-	names map[string]bool // name -> used by an unnamed policy
-}
-
-// claimName records name for a policy of lim, or says why it may not have it.
-func claimName(lim *core.Limiter, name string, unnamed bool) error {
-	wp := weak.Make(lim)
-	v, loaded := policyNames.LoadOrStore(wp, &nameSet{names: map[string]bool{}})
-	if !loaded {
-		runtime.AddCleanup(lim, func(wp weak.Pointer[core.Limiter]) { policyNames.Delete(wp) }, wp)
-	}
-	set := v.(*nameSet)
-	set.mu.Lock()
-	defer set.mu.Unlock()
-	byDefault, used := set.names[name]
-	if used && (unnamed || byDefault) {
-		return fmt.Errorf("redlimit: two policies of one Limiter are named %q, at least one by default, and would share state; give each its own name with redlimit.WithName", name)
-	}
-	set.names[name] = unnamed
-	return nil
 }

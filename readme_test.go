@@ -39,16 +39,10 @@ func TestREADMEHeaders(t *testing.T) {
 	} {
 		lim, _ := embedded(t)
 		hourly := core.Limit{Algorithm: core.FixedWindow, Rate: 100, Period: time.Hour}
-		p := redlimit.MustPolicy(lim, core.PerMinute(2), append([]redlimit.Option{redlimit.WithName("api"), redlimit.WithAlso(hourly)}, c.opts...)...)
+		p := mustPolicy(t, lim, core.PerMinute(2), append([]redlimit.Option{redlimit.WithName("api"), redlimit.WithAlso(hourly)}, c.opts...)...)
 		fmt.Fprintf(&b, "%s:\n\n```http\n", c.title)
 		for i := 0; i < 3; i++ {
-			w := httptest.NewRecorder()
-			r := httptest.NewRequest(http.MethodGet, "/", nil)
-			if d := p.Decide(w, r); !d.Allowed() {
-				p.Deny(w, r, d)
-			} else {
-				w.WriteHeader(http.StatusOK)
-			}
+			_, w := decide(p, "192.0.2.1:1234")
 			if i == 1 { // the second request is allowed; show the first and the denial
 				continue
 			}
@@ -93,7 +87,9 @@ func writeAnswer(b *strings.Builder, w *httptest.ResponseRecorder) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		fmt.Fprintf(b, "%s: %s\n", name, strings.Join(w.Header()[name], ", "))
+		for _, v := range w.Header()[name] { // one line each, as on the wire
+			fmt.Fprintf(b, "%s: %s\n", name, v)
+		}
 	}
 	if body := w.Body.String(); body != "" {
 		fmt.Fprintf(b, "\n%s", body)

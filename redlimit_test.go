@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -35,11 +34,37 @@ func embedded(t *testing.T) (*core.Limiter, *miniredis.Miniredis) {
 	return core.New(rdb, core.WithTimeout(10*time.Second)), m // generous, for -race
 }
 
-func decide(p *redlimit.Policy, remote string) (redlimit.Decision, *httptest.ResponseRecorder) {
+// mustPolicy builds a policy or fails the test.
+func mustPolicy(t *testing.T, lim *core.Limiter, limit core.Limit, opts ...redlimit.Option) redlimit.Policy {
+	t.Helper()
+	p, err := redlimit.NewPolicy(lim, limit, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// serveRequest runs r through p to a handler that answers 200 "ok".
+func serveRequest(p redlimit.Policy, r *http.Request) (redlimit.Decision, *httptest.ResponseRecorder) {
+	w := httptest.NewRecorder()
+	d := redlimit.Serve(p, w, r, func(w http.ResponseWriter, _ *http.Request) int {
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("ok"))
+		return http.StatusOK
+	})
+	return d, w
+}
+
+// decide sends GET / from remote through p.
+func decide(p redlimit.Policy, remote string) (redlimit.Decision, *httptest.ResponseRecorder) {
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = remote
-	w := httptest.NewRecorder()
-	return p.Decide(w, r), w
+	return serveRequest(p, r)
+}
+
+// logTo returns a logger writing text lines to buf, debug level included.
+func logTo(buf *bytes.Buffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // TestRetryAfterRounding: Retry-After and X-RateLimit-Reset are whole
@@ -55,7 +80,7 @@ func TestRetryAfterRounding(t *testing.T) {
 		{core.Limit{Rate: 5, Period: 6 * time.Second}, "2", "6"}, // 1.2s
 		{core.PerMinute(1), "60", "60"},
 	} {
-		p := redlimit.MustPolicy(lim, tt.limit, redlimit.WithName("round-"+tt.limit.String()))
+		p := mustPolicy(t, lim, tt.limit, redlimit.WithName("round-"+tt.limit.String()))
 		for i := 0; i <= tt.limit.Rate; i++ {
 			decide(p, "192.0.2.1:1")
 		}
@@ -80,9 +105,11 @@ func TestNewPolicyErrors(t *testing.T) {
 		{lim, core.Limit{}, nil, "rate 0 must be positive"},
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithCost(6)}, "cost 6 must be between 1 and the burst"},
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithCost(0)}, "cost 0"},
-		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithTimeout(-time.Second)}, "negative timeout"},
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithFailure(7)}, "unknown failure policy"},
-		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithFailure(redlimit.FailLocal), redlimit.WithLocalKeys(0)}, "WithLocalKeys(0)"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithRetryAfterJitter(-time.Second)}, "negative Retry-After jitter"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithPartitionKey([]byte("short"))}, "at least 16"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithName("é")}, "not printable ASCII"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithAlso(core.PerSecond(9))}, "would share state"},
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithHeaders(9)}, "unknown header profile"},
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithKey(nil)}, "WithKey(nil)"},
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithName(strings.Repeat("n", 300))}, "longer than 256"},
@@ -92,48 +119,53 @@ func TestNewPolicyErrors(t *testing.T) {
 			t.Errorf("NewPolicy: error %v, want one saying %q", err, tt.says)
 		}
 	}
-	defer func() {
-		if recover() == nil {
-			t.Error("MustPolicy with an invalid limit did not panic")
-		}
-	}()
-	redlimit.MustPolicy(lim, core.Limit{})
 }
 
-// TestDefaultNames: a policy's default name is its limits, whatever else
-// was built before it, so every instance of a service names it alike. Two
-// policies of one Limiter that would share a name by default are an error
-// telling to name them; explicit names may be shared on purpose.
-func TestDefaultNames(t *testing.T) {
+// TestPolicyNames: a policy keeps its state under its name, its limits by
+// default. Building the same policies again (a second router on one
+// Limiter, a reload) never fails and finds the same state; two unnamed
+// policies with the same limits share it; a global 100/m and a route's
+// 5/m never do; a named policy keeps its state when its rate changes, an
+// unnamed one starts afresh.
+func TestPolicyNames(t *testing.T) {
 	t.Parallel()
 	lim, _ := embedded(t)
+	var names []string
+	observe := redlimit.WithObserver(func(_ *http.Request, d redlimit.Decision) { names = append(names, d.Policy) })
 	l := core.Limit{Rate: 7, Period: 7 * time.Second}
-	first := redlimit.MustPolicy(lim, l)
-	if first.Name() != "7/7s" {
-		t.Fatalf("default name %q, want 7/7s", first.Name())
-	}
-	also := redlimit.MustPolicy(lim, l, redlimit.WithAlso(core.Limit{Algorithm: core.FixedWindow, Rate: 100, Period: time.Hour}))
-	if also.Name() != "7/7s, 100/h fixed_window" {
-		t.Fatalf("default name with WithAlso %q", also.Name())
-	}
-	for _, opts := range [][]redlimit.Option{nil, {redlimit.WithName("7/7s")}} {
-		_, err := redlimit.NewPolicy(lim, l, opts...)
-		if err == nil || !strings.Contains(err.Error(), "WithName") {
-			t.Fatalf("a second policy named 7/7s (%d options): %v, want an error telling to name it", len(opts), err)
+	remaining := func(p redlimit.Policy) int {
+		t.Helper()
+		d, _ := decide(p, "192.0.2.1:1")
+		if !d.Allowed() {
+			t.Fatalf("denied: %+v", d)
 		}
+		return d.Result.Remaining
 	}
-	// Built in another order, or on another Limiter, the answer is the same.
-	other, _ := embedded(t)
-	if p := redlimit.MustPolicy(other, l); p.Name() != "7/7s" {
-		t.Fatalf("on another Limiter: %q", p.Name())
+
+	first := mustPolicy(t, lim, l, observe)
+	again := mustPolicy(t, lim, l, observe) // the same router built twice
+	if a, b := remaining(first), remaining(again); a != 6 || b != 5 {
+		t.Fatalf("two unnamed 7/7s policies: remaining %d then %d, want 6 then 5 (one state)", a, b)
 	}
-	a := redlimit.MustPolicy(lim, l, redlimit.WithName("shared-on-purpose"))
-	b := redlimit.MustPolicy(lim, l, redlimit.WithName("shared-on-purpose"))
-	if a.Name() != b.Name() {
-		t.Fatalf("explicit names %q and %q differ", a.Name(), b.Name())
+	also := mustPolicy(t, lim, l, observe, redlimit.WithAlso(core.Limit{Algorithm: core.FixedWindow, Rate: 100, Period: time.Hour}))
+	remaining(also)
+	if got := strings.Join(names, " | "); got != "7/7s | 7/7s | 7/7s, 100/h fixed_window" {
+		t.Fatalf("default names %q", got)
 	}
-	if _, err := redlimit.NewPolicy(lim, core.PerSecond(1), redlimit.WithName("é")); err == nil {
-		t.Fatal("a name the RateLimit headers cannot carry was accepted")
+
+	global, route := mustPolicy(t, lim, core.PerMinute(100)), mustPolicy(t, lim, core.PerMinute(5))
+	if g, r := remaining(global), remaining(route); g != 99 || r != 4 {
+		t.Fatalf("a global 100/m and a route's 5/m: remaining %d and %d, want 99 and 4 (apart)", g, r)
+	}
+	if r := remaining(mustPolicy(t, lim, core.PerMinute(6))); r != 5 {
+		t.Fatalf("an unnamed policy whose rate changed: remaining %d, want a fresh 5", r)
+	}
+
+	named := mustPolicy(t, lim, core.PerMinute(5), redlimit.WithName("login"))
+	remaining(named)
+	remaining(named)
+	if r := remaining(mustPolicy(t, lim, core.PerMinute(6), redlimit.WithName("login"))); r != 2 {
+		t.Fatalf("a named policy whose rate changed to 6/m: remaining %d, want 2 (its state kept)", r)
 	}
 }
 
@@ -142,15 +174,14 @@ func TestDefaultNames(t *testing.T) {
 func TestFailLocalUntilRedisAnswers(t *testing.T) {
 	t.Parallel()
 	lim, m := embedded(t)
-	p := redlimit.MustPolicy(lim, core.PerHour(2), redlimit.WithFailure(redlimit.FailLocal),
-		redlimit.WithErrorHandler(func(*http.Request, error) {}))
-	if d, _ := decide(p, "192.0.2.1:1"); d.Local || !d.Allowed() {
+	p := mustPolicy(t, lim, core.PerHour(2), redlimit.WithFailure(redlimit.FailLocal))
+	if d, _ := decide(p, "192.0.2.1:1"); d.Outcome != redlimit.OutcomeAllowed || !d.Allowed() {
 		t.Fatalf("Redis up: %+v", d)
 	}
 	m.Close()
 	for i, want := range []int{0, 0, http.StatusTooManyRequests} {
 		d, _ := decide(p, "192.0.2.1:1")
-		if !d.Local || d.Status != want || d.Err == nil {
+		if d.Outcome != redlimit.OutcomeLocal || d.Status != want || d.Err == nil {
 			t.Fatalf("Redis down, request %d: %+v, want a local decision with status %d", i, d, want)
 		}
 	}
@@ -159,45 +190,21 @@ func TestFailLocalUntilRedisAnswers(t *testing.T) {
 	}
 	// Redis counted only the request it saw: one of two is left.
 	d, _ := decide(p, "192.0.2.1:1")
-	if d.Local || d.Err != nil || !d.Allowed() || d.Result.Remaining != 0 {
+	if d.Outcome != redlimit.OutcomeAllowed || d.Err != nil || !d.Allowed() || d.Result.Remaining != 0 {
 		t.Fatalf("Redis back: %+v, want Redis's own decision: allowed, 0 remaining", d)
-	}
-}
-
-// TestFailLocalMemoryBounded: the local limiter keeps at most WithLocalKeys
-// keys, so a flood of addresses during an outage cannot grow memory; a
-// forgotten key starts afresh.
-func TestFailLocalMemoryBounded(t *testing.T) {
-	t.Parallel()
-	lim, m := embedded(t)
-	p := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithFailure(redlimit.FailLocal),
-		redlimit.WithLocalKeys(2), redlimit.WithErrorHandler(func(*http.Request, error) {}))
-	m.Close()
-	decide(p, "192.0.2.1:1")
-	if d, _ := decide(p, "192.0.2.1:1"); d.Status != http.StatusTooManyRequests {
-		t.Fatalf("second request of a 1/h limit: %+v", d)
-	}
-	for i := 2; i < 100; i++ {
-		decide(p, fmt.Sprintf("192.0.2.%d:1", i))
-	}
-	if got := redlimit.LocalKeys(p); got > 2 {
-		t.Fatalf("the local limiter holds %d keys, want at most 2", got)
-	}
-	if d, _ := decide(p, "192.0.2.1:1"); !d.Allowed() {
-		t.Fatalf("a forgotten key: %+v, want a fresh allowance", d)
 	}
 }
 
 // TestDefaultErrorLog: Redis errors are logged at most once a second, with
 // the count of those left out.
 func TestDefaultErrorLog(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
-
-	lim, m := embedded(t)
-	p := redlimit.MustPolicy(lim, core.PerHour(1))
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	lim := core.New(rdb, core.WithLogger(logTo(&buf)), core.WithBreaker(0))
+	p := mustPolicy(t, lim, core.PerHour(1))
 	m.Close()
 	start := time.Now()
 	for i := 0; i < 50; i++ {
@@ -217,54 +224,69 @@ func TestDefaultErrorLog(t *testing.T) {
 }
 
 // TestClientGoneIsNotARedisError: a request whose client left before the
-// decision is not reported as a Redis failure.
+// decision is not logged as a Redis failure.
 func TestClientGoneIsNotARedisError(t *testing.T) {
 	t.Parallel()
-	lim, _ := embedded(t)
-	reported := false
-	p := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithErrorHandler(func(*http.Request, error) { reported = true }))
+	var buf bytes.Buffer
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	p := mustPolicy(t, core.New(rdb, core.WithLogger(logTo(&buf))), core.PerHour(1))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
-	d := p.Decide(httptest.NewRecorder(), r)
-	if d.Status != http.StatusServiceUnavailable || reported {
-		t.Fatalf("decision %+v, reported %v; want 503 and no report", d, reported)
+	d, w := serveRequest(p, r)
+	if d.Status != http.StatusServiceUnavailable || w.Code != http.StatusServiceUnavailable || !errors.Is(d.Err, context.Canceled) || buf.Len() != 0 {
+		t.Fatalf("decision %+v, answer %d, log %q; want 503 and nothing logged", d, w.Code, buf.String())
 	}
 }
 
-func TestDecisionBody(t *testing.T) {
+// TestBodies: a request that does not pass gets a short JSON body that
+// says why and when to come back, and never an error's details.
+func TestBodies(t *testing.T) {
 	t.Parallel()
+	lim, m := embedded(t)
+	p := mustPolicy(t, lim, core.Limit{Rate: 2, Period: 3 * time.Second}, redlimit.WithFailure(redlimit.FailClosed))
+	decide(p, "192.0.2.1:1")
+	decide(p, "192.0.2.1:1")
 	for _, tt := range []struct {
-		d    redlimit.Decision
-		body string
+		name, remote string
+		status       int
+		body         string
 	}{
-		{redlimit.Decision{Status: 429, Result: core.Result{RetryAfter: 1500 * time.Millisecond}}, `{"error":"rate limit exceeded","retry_after":2}`},
-		{redlimit.Decision{Status: 503, Err: errors.New("secret detail")}, `{"error":"rate limiter unavailable","retry_after":1}`},
-		{redlimit.Decision{Status: 400, Err: keyfunc.ErrNoKey}, `{"error":"request has no rate limit key"}`},
+		{"denied", "192.0.2.1:1", 429, `{"error":"rate limit exceeded","retry_after":2}`},
+		{"no key", "not an address", 400, `{"error":"request has no rate limit key"}`},
+		{"Redis gone", "192.0.2.2:1", 503, `{"error":"rate limiter unavailable","retry_after":1}`},
 	} {
-		w := httptest.NewRecorder()
-		redlimit.WriteBody(w, tt.d)
-		if w.Code != tt.d.Status || strings.TrimSpace(w.Body.String()) != tt.body || w.Header().Get("Content-Type") != "application/json; charset=utf-8" {
-			t.Errorf("WriteBody(%d): %d %q %q, want %q", tt.d.Status, w.Code, w.Body.String(), w.Header().Get("Content-Type"), tt.body)
+		if tt.status == 503 {
+			m.Close()
+		}
+		d, w := decide(p, tt.remote)
+		if d.Status != tt.status || w.Code != tt.status || strings.TrimSpace(w.Body.String()) != tt.body ||
+			w.Header().Get("Content-Type") != "application/json; charset=utf-8" {
+			t.Errorf("%s: %d %q %q, want %d %q", tt.name, w.Code, w.Body.String(), w.Header().Get("Content-Type"), tt.status, tt.body)
 		}
 	}
 }
 
-// TestDefaultTimeout: without WithTimeout, a Redis that never answers costs
-// a request DefaultTimeout, and the failure policy decides.
+// TestDefaultTimeout: a Redis that never answers costs a request the
+// Limiter's timeout, core.DefaultTimeout unless set, and the failure policy
+// decides.
 func TestDefaultTimeout(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Silent(t), MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	var got error
-	p := redlimit.MustPolicy(core.New(rdb), core.PerHour(1), redlimit.WithFailure(redlimit.FailClosed),
-		redlimit.WithErrorHandler(func(_ *http.Request, err error) { got = err }))
+	var buf bytes.Buffer
+	p := mustPolicy(t, core.New(rdb, core.WithLogger(logTo(&buf))), core.PerHour(1), redlimit.WithFailure(redlimit.FailClosed))
 	d, w := decide(p, "192.0.2.1:1")
-	if d.Status != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" {
+	if d.Status != http.StatusServiceUnavailable || d.Outcome != redlimit.OutcomeError || w.Header().Get("Retry-After") != "1" {
 		t.Fatalf("silent Redis, fail closed: %+v %v", d, w.Header())
 	}
-	if !errors.Is(got, context.DeadlineExceeded) || !strings.Contains(got.Error(), "within "+redlimit.DefaultTimeout.String()) {
-		t.Fatalf("error %v, want a deadline of %v", got, redlimit.DefaultTimeout)
+	if !errors.Is(d.Err, context.DeadlineExceeded) || !strings.Contains(d.Err.Error(), "within "+core.DefaultTimeout.String()) {
+		t.Fatalf("error %v, want a deadline of %v", d.Err, core.DefaultTimeout)
+	}
+	if !strings.Contains(buf.String(), "rate limit decision failed") {
+		t.Fatalf("the error was not logged: %q", buf.String())
 	}
 }
 
@@ -273,19 +295,18 @@ func TestDefaultTimeout(t *testing.T) {
 func TestDryRunNeverBlocks(t *testing.T) {
 	t.Parallel()
 	lim, m := embedded(t)
-	p := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithDryRun(), redlimit.WithFailure(redlimit.FailClosed),
-		redlimit.WithErrorHandler(func(*http.Request, error) {}))
+	p := mustPolicy(t, lim, core.PerHour(1), redlimit.WithDryRun(), redlimit.WithFailure(redlimit.FailClosed))
 	decide(p, "192.0.2.1:1")
-	if d, w := decide(p, "192.0.2.1:1"); !d.Allowed() || !d.DryRun || len(w.Header()) != 0 {
+	if d, w := decide(p, "192.0.2.1:1"); !d.Allowed() || d.Outcome != redlimit.OutcomeDryRun || len(w.Header()) != 0 {
 		t.Fatalf("over the limit: %+v %v, want a pass reported as a dry-run denial, no headers", d, w.Header())
 	}
-	if d, _ := decide(p, "not an address"); !d.Allowed() || !d.DryRun || !errors.Is(d.Err, keyfunc.ErrNoKey) {
+	if d, _ := decide(p, "not an address"); !d.Allowed() || d.Outcome != redlimit.OutcomeInvalid || !errors.Is(d.Err, keyfunc.ErrNoKey) {
 		t.Fatalf("no key: %+v, want a pass", d)
 	}
 	m.Close()
 	// Another client: the first one's denial is still in the deny cache,
 	// which answers it without Redis.
-	if d, w := decide(p, "192.0.2.2:1"); !d.Allowed() || d.Err == nil || len(w.Header()) != 0 {
+	if d, w := decide(p, "192.0.2.2:1"); !d.Allowed() || d.Outcome != redlimit.OutcomeError || d.Err == nil || len(w.Header()) != 0 {
 		t.Fatalf("Redis gone, fail closed: %+v %v, want a pass", d, w.Header())
 	}
 }
@@ -297,19 +318,19 @@ func TestLimitHeaderIsTheBurst(t *testing.T) {
 	t.Parallel()
 	lim, _ := embedded(t)
 	l := core.Limit{Rate: 10, Period: time.Second, Burst: 25}
-	p := redlimit.MustPolicy(lim, l, redlimit.WithName("burst"), redlimit.WithHeaders(redlimit.HeadersBoth),
+	p := mustPolicy(t, lim, l, redlimit.WithName("burst"), redlimit.WithHeaders(redlimit.HeadersBoth),
 		redlimit.WithSkip(func(r *http.Request) bool { return r.RemoteAddr == "192.0.2.9:1" }))
 	_, w := decide(p, "192.0.2.1:1")
-	if got := w.Header().Get(redlimit.HeaderLimit); got != "25" {
+	if got := w.Header().Get("X-RateLimit-Limit"); got != "25" {
 		t.Errorf("X-RateLimit-Limit %q, want the burst 25", got)
 	}
-	if got := w.Header().Get(redlimit.HeaderRemaining); got != "24" {
+	if got := w.Header().Get("X-RateLimit-Remaining"); got != "24" {
 		t.Errorf("X-RateLimit-Remaining %q, want 24", got)
 	}
-	if got := w.Header().Get(redlimit.HeaderPolicy); got != `"burst";q=10;w=1;redlimit-burst=25` {
+	if got := w.Header().Get("RateLimit-Policy"); got != `"burst";q=10;w=1;redlimit-burst=25` {
 		t.Errorf("RateLimit-Policy %q, want q=10 (the rate) and the burst as a vendor parameter", got)
 	}
-	if d, w := decide(p, "192.0.2.9:1"); !d.Skipped || !d.Allowed() || len(w.Header()) != 0 {
+	if d, w := decide(p, "192.0.2.9:1"); d.Outcome != redlimit.OutcomeSkipped || !d.Allowed() || len(w.Header()) != 0 {
 		t.Errorf("skipped request: %+v %v", d, w.Header())
 	}
 }
@@ -321,38 +342,37 @@ func TestOutcomes(t *testing.T) {
 	lim, m := embedded(t)
 	var got []redlimit.Decision
 	observe := redlimit.WithObserver(func(_ *http.Request, d redlimit.Decision) { got = append(got, d) })
-	quiet := redlimit.WithErrorHandler(func(*http.Request, error) {})
 	apiKey := redlimit.WithKey(keyfunc.Header("X-Api-Key"))
-	send := func(p *redlimit.Policy, key string) {
+	send := func(p redlimit.Policy, key string) {
 		r := httptest.NewRequest(http.MethodGet, "/skip-me", nil)
 		if key != "" {
 			r.Header.Set("X-Api-Key", key)
 			r.URL.Path = "/"
 		}
-		p.Decide(httptest.NewRecorder(), r)
+		serveRequest(p, r)
 	}
 	skip := redlimit.WithSkip(func(r *http.Request) bool { return r.URL.Path == "/skip-me" && r.Header.Get("X-Api-Key") == "" })
-	p := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithName("o"), observe, apiKey, quiet)
+	p := mustPolicy(t, lim, core.PerHour(1), redlimit.WithName("o"), observe, apiKey)
 	send(p, "a") // allowed
 	send(p, "a") // denied by Redis
 	send(p, "a") // denied from the deny cache
 	send(p, "")  // no key
-	dry := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithName("dry"), observe, apiKey, redlimit.WithDryRun(), quiet)
+	dry := mustPolicy(t, lim, core.PerHour(1), redlimit.WithName("dry"), observe, apiKey, redlimit.WithDryRun())
 	send(dry, "b")
 	send(dry, "b") // would deny
-	skipped := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithName("skip"), observe, skip, quiet)
+	skipped := mustPolicy(t, lim, core.PerHour(1), redlimit.WithName("skip"), observe, skip)
 	send(skipped, "")
-	local := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithName("local"), observe, apiKey, quiet,
+	local := mustPolicy(t, lim, core.PerHour(1), redlimit.WithName("local"), observe, apiKey,
 		redlimit.WithFailure(redlimit.FailLocal))
-	open := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithName("open"), observe, apiKey, quiet)
+	open := mustPolicy(t, lim, core.PerHour(1), redlimit.WithName("open"), observe, apiKey)
 	m.Close()
 	send(local, "c")
 	send(open, "c")
 	var outcomes []string
 	for _, d := range got {
-		outcomes = append(outcomes, string(d.Outcome()))
-		if !d.Skipped && d.Duration <= 0 {
-			t.Errorf("%s: Duration %v, want measured", d.Outcome(), d.Duration)
+		outcomes = append(outcomes, string(d.Outcome))
+		if d.Outcome != redlimit.OutcomeSkipped && d.Duration <= 0 {
+			t.Errorf("%s: Duration %v, want measured", d.Outcome, d.Duration)
 		}
 	}
 	want := "allowed denied denied_cached invalid allowed dry_run_denied skipped local error"
@@ -361,15 +381,17 @@ func TestOutcomes(t *testing.T) {
 	}
 }
 
-// TestLogger: a policy logs to its WithLogger, every line with the policy's
-// name; a dry run logs each would-be denial at debug level and at most one
-// line a second at info level.
+// TestLogger: a policy logs to its Limiter's logger (core.WithLogger),
+// every line with the policy's name; a dry run logs each would-be denial
+// at debug level and at most one line a second at info level.
 func TestLogger(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	lim, _ := embedded(t)
-	p := redlimit.MustPolicy(lim, core.PerHour(1), redlimit.WithName("dry"), redlimit.WithDryRun(), redlimit.WithLogger(log))
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	lim := core.New(rdb, core.WithLogger(logTo(&buf)), core.WithTimeout(10*time.Second))
+	p := mustPolicy(t, lim, core.PerHour(1), redlimit.WithName("dry"), redlimit.WithDryRun())
 	for i := 0; i < 20; i++ {
 		if d, _ := decide(p, "192.0.2.1:1"); !d.Allowed() {
 			t.Fatalf("a dry run blocked: %+v", d)
@@ -399,7 +421,7 @@ func TestObserversCompose(t *testing.T) {
 	t.Parallel()
 	lim, _ := embedded(t)
 	var calls []string
-	p := redlimit.MustPolicy(lim, core.PerHour(5), redlimit.WithName("two-observers"),
+	p := mustPolicy(t, lim, core.PerHour(5), redlimit.WithName("two-observers"),
 		redlimit.WithObserver(func(*http.Request, redlimit.Decision) { calls = append(calls, "first") }),
 		redlimit.WithObserver(func(*http.Request, redlimit.Decision) { calls = append(calls, "second") }))
 	decide(p, "192.0.2.1:1")

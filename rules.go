@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/bridge"
 )
 
 // ErrInvalidRules is wrapped by the errors of ParseRules and NewRuleSet for
@@ -145,16 +146,16 @@ func abbreviate(raw []byte) string {
 	return string(raw)
 }
 
-// RuleSet is a compiled Rules table, built by NewRuleSet (the zero RuleSet
-// is not usable). It is safe for concurrent use.
+// RuleSet is a compiled Rules table, a Policy that limits each request by
+// the rule that matches it. Build it with NewRuleSet (the zero RuleSet is
+// not usable). It is safe for concurrent use.
 type RuleSet struct {
 	mux      *http.ServeMux
-	catchAll *Policy   // the "*" rule, or nil
-	policies []*Policy // in pattern order
+	catchAll *policy // the "*" rule, or nil
 }
 
-// CatchAll is the pattern of the rule whose limits apply to every request.
-const CatchAll = "*"
+// catchAll is the pattern of the rule whose limits apply to every request.
+const catchAll = "*"
 
 // NewRuleSet checks every rule and builds its policy with opts (each
 // policy's name is its pattern, whatever opts say; WithAlso and
@@ -165,48 +166,52 @@ func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error
 	if len(rules) == 0 {
 		return nil, errNoRules
 	}
+	c := newConfig(opts)
+	if c.pick != nil || len(c.also) > 0 {
+		return nil, errors.New("redlimit: WithAlso and WithRequestLimits are not for rules: write the limits in the rule")
+	}
 	rs := &RuleSet{mux: http.NewServeMux()}
 	patterns := make([]string, 0, len(rules))
 	for pattern := range rules {
 		patterns = append(patterns, pattern)
 	}
 	sort.Strings(patterns) // "*" sorts before every pattern, which starts with a letter or '/'
+	var local fallback     // one FailLocal state for the table, as its Redis state is one
 	for _, pattern := range patterns {
-		p, err := rs.add(lim, pattern, rules[pattern], opts)
+		p, err := rs.add(lim, pattern, rules[pattern], c)
 		if err != nil {
 			return nil, fmt.Errorf("redlimit: rule %q: %w", pattern, err)
 		}
-		rs.policies = append(rs.policies, p)
+		if p.local != nil {
+			if local == nil {
+				local = p.local
+			}
+			p.local = local
+		}
 	}
 	return rs, nil
 }
 
-func (rs *RuleSet) add(lim *core.Limiter, pattern, spec string, opts []Option) (p *Policy, err error) {
+// add builds the policy of one rule and enters it in the table.
+func (rs *RuleSet) add(lim *core.Limiter, pattern, spec string, c config) (p *policy, err error) {
 	limits, err := core.ParseLimits(spec)
 	if err != nil {
 		return nil, err
 	}
-	p, err = newPolicy(lim, limits, append(opts[:len(opts):len(opts)], WithName(pattern)))
-	switch {
-	case err != nil:
-		return nil, err
-	case p.pick != nil || len(p.also) > 0:
-		return nil, errors.New("WithAlso and WithRequestLimits are not for rules: write the limits in the rule")
-	}
-	if err := claimName(lim, pattern, false); err != nil {
+	c.name = pattern
+	if p, err = c.policy(lim, limits); err != nil {
 		return nil, err
 	}
-	if pattern == CatchAll {
+	if pattern == catchAll {
 		rs.catchAll = p
 		return p, nil
 	}
-	if c := rs.catchAll; c != nil { // decided together with the catch-all
-		if len(c.quotas)+len(p.quotas) > core.MaxTerms {
-			return nil, fmt.Errorf("%d limits with the catch-all's; at most %d", len(c.quotas)+len(p.quotas), core.MaxTerms)
+	if all := rs.catchAll; all != nil { // decided together with the catch-all
+		if len(all.quotas)+len(p.quotas) > bridge.MaxLimits {
+			return nil, fmt.Errorf("%d limits with the catch-all's; at most %d", len(all.quotas)+len(p.quotas), bridge.MaxLimits)
 		}
-		p.quotas = append(c.quotas[:len(c.quotas):len(c.quotas)], p.quotas...)
-		p.inherits = len(c.quotas)
-		p.local = c.local // the catch-all's fallback state is shared, as its Redis state is
+		p.quotas = append(all.quotas[:len(all.quotas):len(all.quotas)], p.quotas...)
+		p.inherits = len(all.quotas)
 	}
 	muxPattern := pattern
 	if i := strings.IndexByte(pattern, '*'); i >= 0 {
@@ -225,24 +230,24 @@ func (rs *RuleSet) add(lim *core.Limiter, pattern, spec string, opts []Option) (
 }
 
 // rulePolicy marks a ServeMux entry as a rule's policy.
-type rulePolicy struct{ *Policy }
+type rulePolicy struct{ *policy }
 
 // ServeHTTP is never called: ServeMux is only asked which entry matches.
 func (rulePolicy) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
-// Match returns the policy of the rule that matches r, the catch-all if
-// none does, or nil.
-func (rs *RuleSet) Match(r *http.Request) *Policy {
+// policyFor returns the policy of the rule that matches r, the catch-all
+// if none does, or nil.
+func (rs *RuleSet) policyFor(r *http.Request) *policy {
 	if p := rs.match(r); p != nil {
 		return p
 	}
 	return rs.catchAll
 }
 
-func (rs *RuleSet) match(r *http.Request) *Policy {
+func (rs *RuleSet) match(r *http.Request) *policy {
 	h, _ := rs.mux.Handler(r)
 	if rp, ok := h.(rulePolicy); ok {
-		return rp.Policy
+		return rp.policy
 	}
 	// ServeMux answers unclean paths ("//login", "/a/../login") with a
 	// redirect; match what they clean to, so they cannot dodge a rule.
@@ -253,15 +258,12 @@ func (rs *RuleSet) match(r *http.Request) *Policy {
 		r2.URL = &u
 		if h, _ := rs.mux.Handler(&r2); h != nil {
 			if rp, ok := h.(rulePolicy); ok {
-				return rp.Policy
+				return rp.policy
 			}
 		}
 	}
 	return nil
 }
-
-// Policies returns the rules' policies, in pattern order.
-func (rs *RuleSet) Policies() []*Policy { return rs.policies }
 
 // cleanPath is path.Clean that keeps a trailing slash, as ServeMux does.
 func cleanPath(p string) string {

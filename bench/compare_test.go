@@ -112,12 +112,12 @@ func serverTotals(b *testing.B, rdb *redis.Client) (usec, calls float64) {
 func BenchmarkMiddleware(b *testing.B) {
 	rdb := redistest.Standalone(b).Client(b)
 	lim := core.New(rdb)
-	big := core.Limit{Rate: core.MaxCount, Period: time.Second}
+	big := core.Limit{Rate: 1_000_000_000, Period: time.Second}
 	store, err := ulredis.NewStoreWithOptions(rdb, limiter.StoreOptions{Prefix: "ulule-mw"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	ul := ulstdlib.NewMiddleware(limiter.New(store, limiter.Rate{Period: time.Second, Limit: core.MaxCount}))
+	ul := ulstdlib.NewMiddleware(limiter.New(store, limiter.Rate{Period: time.Second, Limit: 1_000_000_000}))
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	byRemoteIP := func(r *http.Request) (string, error) {
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
@@ -131,7 +131,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	e.Use(echolimit.New(lim, big, redlimit.WithName("echo")))
 	e.GET("/", echo.WrapHandler(ok))
 	em := echo.New()
-	em.Use(echomw.RateLimiter(echomw.NewRateLimiterMemoryStore(rate.Limit(core.MaxCount))))
+	em.Use(echomw.RateLimiter(echomw.NewRateLimiterMemoryStore(rate.Limit(1_000_000_000))))
 	em.GET("/", echo.WrapHandler(ok))
 
 	for _, c := range []struct {
@@ -141,7 +141,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		{"nethttp/bare", ok},
 		{"nethttp/redlimit", nethttp.New(lim, big)(ok)},
 		{"nethttp/ulule", ul.Handler(ok)},
-		{"nethttp/httprate-memory", httprate.LimitBy(core.MaxCount, time.Second, byRemoteIP)(ok)},
+		{"nethttp/httprate-memory", httprate.LimitBy(1_000_000_000, time.Second, byRemoteIP)(ok)},
 		{"echo/redlimit", e},
 		{"echo/echo-memory", em},
 	} {

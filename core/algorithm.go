@@ -86,8 +86,8 @@ var algorithms = map[Algorithm]*descriptor{
 	SlidingWindow: {file: "sliding_window", window: true, knobs: knobBuckets,
 		check: func(l Limit) error {
 			switch {
-			case l.Buckets < 0 || l.Buckets > MaxBuckets:
-				return fmt.Errorf("buckets %d must be between 1 and %d (0 means %d)", l.Buckets, MaxBuckets, DefaultBuckets)
+			case l.Buckets < 0 || l.Buckets > maxBuckets:
+				return fmt.Errorf("buckets %d must be between 1 and %d (0 means %d)", l.Buckets, maxBuckets, defaultBuckets)
 			case micros(l.Period)%int64(l.buckets()) != 0:
 				return fmt.Errorf("period %v does not divide into %d buckets of whole microseconds", l.Period, l.buckets())
 			}
@@ -221,6 +221,30 @@ func (l Limit) checkKnobs(d *descriptor) error {
 // gcraInterval is the time between events, in microseconds, rounded up.
 func gcraInterval(l Limit) int64 {
 	return (micros(l.Period) + int64(l.Rate) - 1) / int64(l.Rate)
+}
+
+// gcra is lua/gcra.lua in Go, for the in-process fallback (local.go): it
+// decides cost events at now (µs) for a key whose theoretical arrival time
+// is tat (0, or any instant up to now, when the burst is full), events
+// interval µs apart and burst of them at once. It returns the result, with
+// durations in µs as the script's, and the TAT to store if allowed.
+func gcra(tat, now int64, cost int, interval int64, burst int) (allowed bool, remaining int, retry, reset, next, newTAT int64) {
+	span := int64(burst) * interval
+	tat = max(tat, now)
+	newTAT = tat + int64(cost)*interval
+	// next: µs until one more event fits, given the TAT t and left that fit now
+	nextAt := func(t int64, left int) int64 {
+		if left >= burst {
+			return 0
+		}
+		return t - now - int64(burst-left-1)*interval
+	}
+	if allowAt := newTAT - span; now < allowAt {
+		left := int(max(0, (now+span-tat)/interval))
+		return false, left, allowAt - now, tat - now, nextAt(tat, left), tat
+	}
+	left := int((now + span - newTAT) / interval)
+	return true, left, 0, newTAT - now, nextAt(newTAT, left), newTAT
 }
 
 // bucketArgs: the exact unit of the bucket algorithms. One event is `unit`

@@ -352,28 +352,3 @@ func TestLeakyBucketShapingSpacing(t *testing.T) {
 		}
 	})
 }
-
-// TestInstanceScope: WithInstance keeps a state per instance, apart from the
-// shared one and from other instances'.
-func TestInstanceScope(t *testing.T) {
-	t.Parallel()
-	for _, a := range suiteAlgorithms {
-		t.Run(a.name, func(t *testing.T) {
-			t.Parallel()
-			eachBackend(t, func(t *testing.T, w *world) {
-				l, b := a.limit, a.limit.Capacity()
-				scoped := func(id string) *core.Limiter {
-					return core.New(w.newClient(), append(w.opts, core.WithInstance(id))...)
-				}
-				drain(t, scoped("pod-a"), "k", l)
-				check(t, "pod-a, another client", allowN(t, scoped("pod-a"), "k", l, 1), false, 0)
-				check(t, "pod-b", allowN(t, scoped("pod-b"), "k", l, 1), true, b-1)
-				check(t, "shared", allowN(t, w.limiter(), "k", l, 1), true, b-1)
-				check(t, `WithInstance("") is shared`, allowN(t, scoped(""), "k", l, 1), true, b-2)
-				if n := w.admin.Exists(context.Background(), stateKey(w.prefix, "k", l)+":pod-a").Val(); n != 1 {
-					t.Fatalf("no key %s:pod-a", stateKey(w.prefix, "k", l))
-				}
-			})
-		})
-	}
-}

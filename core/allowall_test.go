@@ -110,10 +110,9 @@ func TestAllowAllBinding(t *testing.T) {
 	fast, slow, loose := core.PerSecond(2), core.Limit{Algorithm: core.FixedWindow, Rate: 2, Period: time.Hour}, core.PerMinute(100)
 	limits := []core.Limit{loose, fast, slow}
 	ctx := context.Background()
-	req := core.Request{Key: "k", Terms: []core.Term{{Limit: loose, N: 1}, {Limit: fast, N: 1}, {Limit: slow, N: 1}}}
 	each := make([]core.Result, 3)
 
-	res, err := lim.DecideEach(ctx, req, each)
+	res, _, err := lim.DecideEach(ctx, "k", nil, limits, 1, each)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +124,7 @@ func TestAllowAllBinding(t *testing.T) {
 	}
 	check(t, "second", allowAll(t, lim, "k", limits, 1), true, 0)
 
-	res, err = lim.DecideEach(ctx, req, each)
+	res, _, err = lim.DecideEach(ctx, "k", nil, limits, 1, each)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,9 +139,6 @@ func TestAllowAllBinding(t *testing.T) {
 	}
 	if res.ResetAfter != time.Hour {
 		t.Fatalf("ResetAfter %v, want the longest, an hour", res.ResetAfter)
-	}
-	if _, err := lim.DecideEach(ctx, req, each[:2]); err == nil {
-		t.Fatal("DecideEach with 2 results for 3 terms: no error")
 	}
 }
 
@@ -169,7 +165,7 @@ func TestAllowAllErrors(t *testing.T) {
 	t.Parallel()
 	lim, m, _ := miniLimiter(t)
 	ctx := context.Background()
-	many := make([]core.Limit, core.MaxTerms+1)
+	many := make([]core.Limit, core.MaxLimits+1)
 	for i := range many {
 		many[i] = core.Limit{Rate: 1, Period: time.Duration(i+1) * time.Second}
 	}
@@ -263,15 +259,16 @@ func TestScopes(t *testing.T) {
 	ctx := context.Background()
 	global, hourly, login := core.PerMinute(100), core.Limit{Algorithm: core.FixedWindow, Rate: 1000, Period: time.Hour}, core.PerMinute(100)
 	for _, id := range []string{"203.0.113.7", "198.51.100.1", "a}b{c", "user:42"} {
-		req := core.Request{Key: id, Terms: []core.Term{
-			{Scope: "api", Limit: global, N: 1}, {Scope: "api", Limit: hourly, N: 1}, {Scope: "POST /login {x}", Limit: login, N: 3},
-		}}
+		scopes, limits := []string{"api", "api", "POST /login {x}"}, []core.Limit{global, hourly, login}
 		each := make([]core.Result, 3)
-		if res, err := lim.DecideEach(ctx, req, each); err != nil || !res.Allowed {
+		if res, _, err := lim.DecideEach(ctx, id, scopes, limits, 3, each); err != nil || !res.Allowed {
 			t.Fatalf("%s: %+v, %v", id, res, err)
 		}
-		if each[0].Remaining != 99 || each[2].Remaining != 97 {
-			t.Fatalf("%s: the two scopes of one limit share state: %+v", id, each)
+		for i, scope := range scopes {
+			alone, _, err := lim.DecideEach(ctx, id, []string{scope}, limits[i:i+1], 0, nil)
+			if err != nil || alone.Remaining != limits[i].Rate-3 {
+				t.Fatalf("%s: %v in scope %q after a cost of 3: %+v, %v; two scopes of one limit share state", id, limits[i], scope, alone, err)
+			}
 		}
 		var keys []string
 		err := rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
@@ -297,14 +294,13 @@ func TestScopes(t *testing.T) {
 			t.Fatalf("%s: keys %v in slots %v, want one", id, keys, slots)
 		}
 	}
-	same := core.Request{Key: "k", Terms: []core.Term{{Scope: "a", Limit: global, N: 1}, {Scope: "a", Limit: login, N: 1}}}
-	if _, err := lim.Decide(ctx, same); !errors.Is(err, core.ErrInvalidLimit) {
+	if _, _, err := lim.DecideEach(ctx, "k", []string{"a", "a"}, []core.Limit{global, login}, 1, nil); !errors.Is(err, core.ErrInvalidLimit) {
 		t.Fatalf("one limit twice in one scope: %v, want ErrInvalidLimit", err)
 	}
 	if err := lim.ResetScope(ctx, "POST /login {x}", "user:42", login); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := lim.Decide(ctx, core.Request{Key: "user:42", Terms: []core.Term{{Scope: "POST /login {x}", Limit: login}}}); res.Remaining != 100 {
+	if res, _, _ := lim.DecideEach(ctx, "user:42", []string{"POST /login {x}"}, []core.Limit{login}, 0, nil); res.Remaining != 100 {
 		t.Fatalf("after ResetScope: %+v, want the full 100", res)
 	}
 	if res := allowN(t, lim, "user:42", global, 0); res.Remaining != 100 {
@@ -320,15 +316,14 @@ func TestAllowAllDenyCache(t *testing.T) {
 	lim, _, clock := miniLimiter(t)
 	ctx := context.Background()
 	limits := mustLimits(t, "2/h, 100/m fixed_window")
-	req := core.Request{Key: "k", Terms: []core.Term{{Limit: limits[0], N: 1}, {Limit: limits[1], N: 1}}}
 	allowAll(t, lim, "k", limits, 2)
 	each := make([]core.Result, 2)
-	first, err := lim.DecideEach(ctx, req, each)
+	first, _, err := lim.DecideEach(ctx, "k", nil, limits, 1, each)
 	if err != nil || first.Allowed || first.Cached {
 		t.Fatalf("denial from Redis: %+v, %v", first, err)
 	}
 	clock.Advance(500 * time.Millisecond) // within DefaultDenyCacheMaxAge
-	res, err := lim.DecideEach(ctx, req, each)
+	res, _, err := lim.DecideEach(ctx, "k", nil, limits, 1, each)
 	if err != nil || !res.Cached || res.Allowed || res.Limit != limits[0] {
 		t.Fatalf("second: %+v, %v; want a cached denial by 2/h", res, err)
 	}

@@ -8,24 +8,18 @@ import (
 	"time"
 )
 
-// Breaker defaults.
+// Breaker settings.
 const (
-	// DefaultBreakerAfter is how long decisions must have kept failing
-	// before the breaker opens, unless WithBreaker says otherwise.
-	DefaultBreakerAfter = 500 * time.Millisecond
-	// BreakerMinFailures is how many failed decisions in a row, at least,
-	// open the breaker.
-	BreakerMinFailures = 3
-	// BreakerProbeInterval is how often an open breaker lets one decision
-	// through to test whether Redis is back.
-	BreakerProbeInterval = 250 * time.Millisecond
+	defaultBreakerAfter  = 500 * time.Millisecond // how long decisions must fail before it opens (WithBreaker)
+	breakerMinFailures   = 3                      // failed decisions in a row, at least, that open it
+	breakerProbeInterval = 250 * time.Millisecond // how often an open breaker lets a probe through
 )
 
 // breaker fails decisions fast while Redis keeps failing. It opens once
 // decisions have failed (an error or a timeout) for `after` with no success
-// in between, and at least BreakerMinFailures of them. While open, every
+// in between, and at least breakerMinFailures of them. While open, every
 // decision fails at once with ErrUnavailable, except one probe every
-// BreakerProbeInterval, which is sent as usual; the first success closes
+// breakerProbeInterval, which is sent as usual; the first success closes
 // it. A caller's own context ending is not Redis's failure and counts for
 // nothing. Time is the process's clock, not the Limiter's: the breaker is
 // about waiting, which happens in real time.
@@ -89,7 +83,7 @@ func (b *breaker) failure(now time.Time, probe bool, err error) {
 	if b.open.Load() {
 		if probe {
 			b.probing = false
-			b.nextProbe = now.Add(BreakerProbeInterval)
+			b.nextProbe = now.Add(breakerProbeInterval)
 		}
 		return
 	}
@@ -97,34 +91,21 @@ func (b *breaker) failure(now time.Time, probe bool, err error) {
 		b.since = now
 	}
 	failing := now.Sub(b.since)
-	if b.failures.Load() < BreakerMinFailures || failing < b.after {
+	if b.failures.Load() < breakerMinFailures || failing < b.after {
 		return
 	}
 	// The last error's text, not the error: a decision answered at once is
 	// not, say, a timeout.
 	b.err = fmt.Errorf("%w: every decision failed for %v, the last with: %v",
 		ErrUnavailable, failing.Round(time.Millisecond), err)
-	b.nextProbe = now.Add(BreakerProbeInterval)
+	b.nextProbe = now.Add(breakerProbeInterval)
 	b.probing = false
 	b.opens.Add(1) // first, so that whoever sees it open then counts this opening
 	b.open.Store(true)
 	b.log.Warn("redlimit: Redis is failing; decisions fail fast until a probe succeeds",
 		"failing_for", failing.Round(time.Millisecond), "failures", b.failures.Load(),
-		"probe_every", BreakerProbeInterval, "error", err)
+		"probe_every", breakerProbeInterval, "error", err)
 }
-
-// BreakerOpen reports whether the Limiter's breaker is open: Redis kept
-// failing, and decisions fail at once with ErrUnavailable but for one probe
-// now and then (see WithBreaker). It is cheap and safe for concurrent use,
-// for metrics.
-func (l *Limiter) BreakerOpen() bool { return l.breaker.open.Load() }
-
-// BreakerOpens returns how many times the Limiter's breaker has opened
-// since New: zero if it never did, and always with WithBreaker(0). It is
-// cheap and safe for concurrent use, for metrics: as a counter it shows an
-// opening even if the breaker closed again before the next scrape, which
-// BreakerOpen alone would miss.
-func (l *Limiter) BreakerOpens() uint64 { return l.breaker.opens.Load() }
 
 // release ends a probe that proved nothing (its caller left).
 func (b *breaker) release(probe bool) {

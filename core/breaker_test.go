@@ -106,8 +106,8 @@ func TestBreakerOpensCounted(t *testing.T) {
 	}
 	check := func(when string, open bool, opens uint64) {
 		t.Helper()
-		if lim.BreakerOpen() != open || lim.BreakerOpens() != opens {
-			t.Fatalf("%s: BreakerOpen %v, BreakerOpens %d; want %v, %d", when, lim.BreakerOpen(), lim.BreakerOpens(), open, opens)
+		if lim.Stats() != (core.Stats{BreakerOpen: open, BreakerOpens: opens}) {
+			t.Fatalf("%s: Stats %+v; want BreakerOpen %v, BreakerOpens %d", when, lim.Stats(), open, opens)
 		}
 	}
 	failsFast := func(err error) bool { return errors.Is(err, core.ErrUnavailable) }
@@ -139,7 +139,7 @@ func TestBreakerOff(t *testing.T) {
 			t.Fatalf("decision %d: %v, want a timeout every time", i, err)
 		}
 	}
-	if n := lim.BreakerOpens(); n != 0 {
+	if n := lim.Stats().BreakerOpens; n != 0 {
 		t.Fatalf("BreakerOpens %d with the breaker off, want 0", n)
 	}
 }

@@ -7,16 +7,14 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 )
 
-// Deny cache defaults.
-const (
-	// DefaultDenyCacheKeys is how many denied decisions a Limiter remembers
-	// unless WithDenyCache says otherwise. An entry of one limit takes
-	// about 450 bytes with a 40-byte key, so the default holds under 5 MB.
-	DefaultDenyCacheKeys = 10_000
-	// DefaultDenyCacheMaxAge bounds how long a denial is answered locally
-	// unless WithDenyCacheMaxAge says otherwise.
-	DefaultDenyCacheMaxAge = time.Second
-)
+// DefaultDenyCacheKeys is how many denied decisions a Limiter remembers
+// unless WithDenyCache says otherwise: at most about 5 MB.
+const DefaultDenyCacheKeys = 10_000
+
+// defaultDenyCacheMaxAge bounds how long a denial is answered locally
+// unless WithDenyCacheMaxAge says otherwise. An entry of one limit takes
+// about 450 bytes with a 40-byte key.
+const defaultDenyCacheMaxAge = time.Second
 
 // denyCache remembers decisions Redis has just denied, so that the same
 // request is answered in process until the denial's RetryAfter has passed.
@@ -87,84 +85,79 @@ func newDenyCache(keys int, maxAge time.Duration) *denyCache {
 // sent returns the sequence number a decision sent now records.
 func (c *denyCache) sent() uint64 { return c.seq.Load() }
 
-// get answers the decision of terms under keys at now if Redis denied it,
-// at costs no higher, moments ago and the denial still holds. It fills
-// each (if not nil) and returns the binding result. RetryAfter counts down
-// to the denied costs' instants, so for higher costs it is a lower bound.
+// get answers the decision d at now into results (one per limit) if
+// Redis denied it, at costs no higher, moments ago and the denial still
+// holds. RetryAfter counts down to the denied costs' instants, so for
+// higher costs it is a lower bound.
 //
 // Once an entry is older than maxAge, one caller is sent to Redis to
 // refresh it (refresh is true) while the others keep the answer, for at
 // most another maxAge: a flood on a denied key sends Redis one decision
 // per maxAge, not a burst of every waiting caller. From the entry's
 // retryAt on, every caller asks.
-func (c *denyCache) get(id string, keys []string, terms []Term, now time.Time, each []Result) (res Result, ok, refresh bool) {
-	d, found := c.entries.Peek(id)
-	if !found || !now.Before(d.retryAt) || len(d.terms) != len(terms) || !c.fresh(d) {
-		return Result{}, false, false
+func (c *denyCache) get(id string, d *decision, now time.Time, results []Result) (ok, refresh bool) {
+	e, found := c.entries.Peek(id)
+	if !found || !now.Before(e.retryAt) || len(e.terms) != len(d.limits) || !c.fresh(e) {
+		return false, false
 	}
-	for i, t := range d.terms {
-		if keys[i] != d.keys[i] || terms[i].Limit != t.limit || terms[i].N < t.cost {
-			return Result{}, false, false
+	for i, t := range e.terms {
+		if d.keys[i] != e.keys[i] || d.limits[i] != t.limit || d.n < t.cost {
+			return false, false
 		}
 	}
-	if !now.Before(d.expires) {
-		if !now.Before(d.expires.Add(c.maxAge)) { // the refresh failed: everyone asks
-			return Result{}, false, false
+	if !now.Before(e.expires) {
+		if !now.Before(e.expires.Add(c.maxAge)) { // the refresh failed: everyone asks
+			return false, false
 		}
-		if d.refreshing.CompareAndSwap(false, true) {
-			return Result{}, false, true
+		if e.refreshing.CompareAndSwap(false, true) {
+			return false, true
 		}
 	}
-	var buf [MaxTerms]Result
-	results := buf[:len(terms)]
-	for i, t := range d.terms {
+	for i, t := range e.terms {
 		results[i] = Result{Limit: t.limit, Allowed: t.allowed, Remaining: t.remaining,
 			ResetAfter: max(0, t.resetAt.Sub(now)), NextAfter: max(0, t.nextAt.Sub(now)), Cached: true}
 		if !t.allowed {
 			results[i].RetryAfter = t.retryAt.Sub(now)
 		}
 	}
-	copy(each, results)
-	res = Binding(results)
-	res.Cached = true
-	return res, true, false
+	return true, false
 }
 
 // fresh reports whether no key of d has been reset since d was sent.
-func (c *denyCache) fresh(d *denial) bool {
-	if d.seq < c.floor.Load() {
+func (c *denyCache) fresh(e *denial) bool {
+	if e.seq < c.floor.Load() {
 		return false
 	}
 	if c.resets.Len() == 0 {
 		return true
 	}
-	for _, k := range d.keys {
-		if s, ok := c.resets.Peek(k); ok && s > d.seq {
+	for _, k := range e.keys {
+		if s, ok := c.resets.Peek(k); ok && s > e.seq {
 			return false
 		}
 	}
 	return true
 }
 
-// add remembers that Redis denied the decision of terms under keys, sent
-// at `sent` (the Limiter's clock, read before the request left, so no
-// later than Redis's) after reset number seq, with results.
-func (c *denyCache) add(id string, keys []string, terms []Term, sent time.Time, seq uint64, results []Result) {
-	d := &denial{seq: seq, keys: append([]string(nil), keys...), terms: make([]deniedTerm, len(terms)),
+// add remembers that Redis denied the decision d, sent at `sent` (the
+// Limiter's clock, read before the request left, so no later than Redis's)
+// after reset number seq, with results.
+func (c *denyCache) add(id string, d *decision, sent time.Time, seq uint64, results []Result) {
+	e := &denial{seq: seq, keys: append([]string(nil), d.keys[:len(d.limits)]...), terms: make([]deniedTerm, len(d.limits)),
 		retryAt: sent.Add(InfDuration / 2)}
 	for i, r := range results {
 		if !r.Allowed {
 			if r.RetryAfter <= 0 || r.RetryAfter == InfDuration {
 				return // nothing to wait for, or never: not worth remembering
 			}
-			d.retryAt = minTime(d.retryAt, sent.Add(r.RetryAfter))
+			e.retryAt = minTime(e.retryAt, sent.Add(r.RetryAfter))
 		}
-		d.terms[i] = deniedTerm{limit: terms[i].Limit, cost: terms[i].N, allowed: r.Allowed,
+		e.terms[i] = deniedTerm{limit: d.limits[i], cost: d.n, allowed: r.Allowed,
 			remaining: r.Remaining, retryAt: sent.Add(r.RetryAfter), resetAt: sent.Add(r.ResetAfter),
 			nextAt: sent.Add(r.NextAfter)}
 	}
-	d.expires = minTime(d.retryAt, sent.Add(c.maxAge))
-	c.entries.Add(id, d)
+	e.expires = minTime(e.retryAt, sent.Add(c.maxAge))
+	c.entries.Add(id, e)
 }
 
 // forget drops the entry of id: a refresh found the decision allowed.

@@ -336,17 +336,12 @@ func TestTimeoutAndContext(t *testing.T) {
 		t.Fatalf("context already done: %v, want Canceled", err)
 	}
 
-	// No timeout: only the context bounds it, and a per-decision timeout
-	// replaces the Limiter's.
+	// No timeout: only the context bounds it.
 	none := core.New(rdb, core.WithTimeout(0), core.WithBreaker(0))
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel2()
 	if _, err := none.Allow(ctx2, "k", l); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, core.ErrTimeout) {
 		t.Fatalf("WithTimeout(0): %v, want the context's deadline", err)
-	}
-	_, err = none.Decide(context.Background(), core.Request{Key: "k", Terms: []core.Term{{Limit: l, N: 1}}, Timeout: 10 * time.Millisecond})
-	if !errors.Is(err, core.ErrTimeout) || !strings.Contains(err.Error(), "within 10ms") {
-		t.Fatalf("Request.Timeout 10ms: %v", err)
 	}
 }
 

@@ -73,31 +73,29 @@ func ExampleLimiter_AllowAll() {
 
 	// Bursts of up to 3 a second, and at most 5 a day: one decision, one
 	// round trip. A request either limit denies is charged to neither.
-	limits, err := core.ParseLimits("3/s, 5/24h fixed_window")
+	limits, err := core.ParseLimits("3/s, 5/d fixed_window")
 	if err != nil {
 		panic(err)
 	}
 	for i := 0; i < 4; i++ {
 		res, _ := lim.AllowAll(context.Background(), "user:42", limits, 2)
-		fmt.Printf("allowed=%-5v binding=%-18v remaining=%d retry-after=%v\n", res.Allowed, res.Limit, res.Remaining, res.RetryAfter)
+		fmt.Printf("allowed=%-5v binding=%-16v remaining=%d retry-after=%v\n", res.Allowed, res.Limit, res.Remaining, res.RetryAfter)
 		now = now.Add(time.Second)
 	}
 	// Output:
-	// allowed=true  binding=3/s                remaining=1 retry-after=0s
-	// allowed=true  binding=3/s                remaining=1 retry-after=0s
-	// allowed=false binding=5/24h fixed_window remaining=1 retry-after=23h59m58s
-	// allowed=false binding=5/24h fixed_window remaining=1 retry-after=23h59m57s
+	// allowed=true  binding=3/s              remaining=1 retry-after=0s
+	// allowed=true  binding=3/s              remaining=1 retry-after=0s
+	// allowed=false binding=5/d fixed_window remaining=1 retry-after=23h59m58s
+	// allowed=false binding=5/d fixed_window remaining=1 retry-after=23h59m57s
 }
 
 func ExampleParseLimits() {
 	limits, err := core.ParseLimits("10/s, 1000/h fixed_window")
 	fmt.Println(limits, err)
-	fmt.Println(core.FormatLimits(limits))
 	_, err = core.ParseLimits("10/s, 20/s") // one state for both: which would count?
 	fmt.Println(err)
 	// Output:
 	// [10/s 1000/h fixed_window] <nil>
-	// 10/s, 1000/h fixed_window
 	// "10/s, 20/s": redlimit: invalid limit: 10/s and 20/s on one key would share state; give them different periods or algorithms (or scopes)
 }
 
@@ -115,7 +113,7 @@ func ExampleParseLimit() {
 	// "5/10s"                      rate=5 period=10s burst=0 algorithm=""
 	// "20/s token_bucket burst=40" rate=20 period=1s burst=40 algorithm="token_bucket"
 	// redlimit: invalid limit: "0/s": rate must be positive, not 0
-	// redlimit: invalid limit: "5/10": period "10" is not a duration with a unit (ms, s, m, h)
+	// redlimit: invalid limit: "5/10": period "10" is not a duration with a unit (us, ms, s, m, h, d)
 }
 
 func ExampleWithClock() {
@@ -199,13 +197,13 @@ func ExampleLimit_slidingWindow() {
 }
 
 // Per-instance limits protect each app instance on its own, next to a
-// limit shared by all of them.
-func ExampleWithInstance() {
+// limit shared by all of them: a Limiter whose prefix names the instance.
+func ExampleWithPrefix() {
 	rdb, stop := embeddedRedis()
 	defer stop()
 	ctx := context.Background()
 	shared := core.New(rdb)
-	perPod := core.New(rdb, core.WithInstance("pod-7")) // e.g. os.Getenv("HOSTNAME")
+	perPod := core.New(rdb, core.WithPrefix("redlimit:pod-7:")) // e.g. "redlimit:" + os.Getenv("HOSTNAME") + ":"
 
 	global, _ := shared.Allow(ctx, "search", core.PerSecond(1000))
 	local, _ := perPod.Allow(ctx, "search", core.PerSecond(50))

@@ -1,12 +1,62 @@
 package core
 
-import "time"
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// Settings the tests read.
+const (
+	MaxCount             = maxCount
+	MinPeriod            = minPeriod
+	DefaultBuckets       = defaultBuckets
+	MaxKeyLen            = maxKeyLen
+	MaxLimits            = 16
+	BreakerMinFailures   = breakerMinFailures
+	BreakerProbeInterval = breakerProbeInterval
+	DefaultBatchSize     = defaultBatchSize
+	DefaultBreakerAfter  = defaultBreakerAfter
+
+	DefaultDenyCacheMaxAge = defaultDenyCacheMaxAge
+)
 
 // WithLocalClock sets the clock the deny cache reads when the scripts read
 // the Redis server's, for tests whose server clock is fake (miniredis's
 // SetTime): in production both run in real time.
 func WithLocalClock(now func() time.Time) Option {
 	return func(l *Limiter) { l.localClock = now }
+}
+
+// WithBatchSize sets the most decisions in one round trip; 1 turns
+// batching off.
+func WithBatchSize(n int) Option {
+	return func(l *Limiter) { l.batch = max(1, n) }
+}
+
+// WithPipelines sets the most round trips in flight, and I/O goroutines.
+func WithPipelines(n int) Option {
+	return func(l *Limiter) { l.pipelines = max(1, n) }
+}
+
+// DecideEach is the decision the HTTP layer makes (bridge.Decide): limits
+// each in its scope, with every limit's result in each.
+func (l *Limiter) DecideEach(ctx context.Context, key string, scopes []string, limits []Limit, n int, each []Result) (Result, int, error) {
+	return l.decide(ctx, key, scopes, limits, n, each)
+}
+
+// ResetScope resets the state key keeps under limit in scope.
+func (l *Limiter) ResetScope(ctx context.Context, scope, key string, limit Limit) error {
+	return l.reset(ctx, scope, key, limit)
+}
+
+// FormatLimits writes limits as ParseLimits reads them.
+func FormatLimits(limits []Limit) string {
+	parts := make([]string, len(limits))
+	for i, l := range limits {
+		parts[i] = l.String()
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Senders returns how many sender goroutines the Limiter runs now.
@@ -35,8 +85,7 @@ func (l *Limiter) SetLinger(d time.Duration) {
 // Script returns the decision script of l and the ARGV it takes for a cost
 // of 1 on the server's clock, for benchmarks of the scripts alone.
 func Script(l Limit) (src, sha string, argv []any) {
-	var c limitCache
-	info, err := c.get(l)
+	info, err := infos.get(l)
 	if err != nil {
 		panic(err)
 	}
@@ -55,3 +104,21 @@ func (l *Limiter) Queued() int {
 	defer l.engine.mu.Unlock()
 	return len(l.engine.queue)
 }
+
+// Local is FailLocal's in-process fallback, for tests.
+type Local struct{ *localLimiter }
+
+// NewLocal returns a fallback of at most keys states on the clock now.
+func NewLocal(keys int, now func() time.Time) Local {
+	l := newLocalLimiter(keys)
+	l.now = now
+	return Local{l}
+}
+
+// Allow decides as the fallback does.
+func (l Local) Allow(key string, scopes []string, limits []Limit, n int, each []Result) (Result, int) {
+	return l.allow(key, scopes, limits, n, each)
+}
+
+// Size returns how many states the fallback keeps.
+func (l Local) Size() int { return l.size() }

@@ -9,8 +9,8 @@ import (
 )
 
 // ErrInvalidLimit is wrapped by every error that reports a Limit that cannot
-// be enforced: from Limit.Validate, ParseLimit, and Limiter calls given such
-// a limit. Test for it with errors.Is.
+// be enforced: from Limit.Validate, ParseLimit, ParseLimits, and Limiter
+// calls given such a limit. Test for it with errors.Is.
 var ErrInvalidLimit = errors.New("redlimit: invalid limit")
 
 // Algorithm names a rate-limiting algorithm. It is also part of the Redis key,
@@ -45,17 +45,12 @@ const (
 	GCRA Algorithm = "gcra"
 )
 
+// Bounds of a Limit's fields.
 const (
-	// MaxCount bounds Rate and Burst.
-	MaxCount = 1_000_000_000
-	// MinPeriod is the shortest Period a Limit may have. Redis key TTLs are
-	// whole milliseconds, so shorter periods could not expire correctly.
-	MinPeriod = time.Millisecond
-	// DefaultBuckets is the SlidingWindow sub-bucket count when Buckets is 0.
-	DefaultBuckets = 10
-	// MaxBuckets bounds Buckets, and so a SlidingWindow key's size and the
-	// script's work.
-	MaxBuckets = 100
+	maxCount       = 1_000_000_000    // Rate and Burst
+	minPeriod      = time.Millisecond // Redis key TTLs are whole milliseconds
+	defaultBuckets = 10               // a SlidingWindow's Buckets when 0
+	maxBuckets     = 100              // bounds a SlidingWindow key's size and the script's work
 	// exactMax bounds every integer the scripts hold: Lua numbers are
 	// doubles, exact up to 2^53. Half of that leaves room for the clock
 	// (about 2^51 µs since 1970).
@@ -64,15 +59,15 @@ const (
 
 // Limit says how many events are allowed over what time, and how.
 //
-// The zero Limit is invalid: Rate and Period must be set. Limit is a small
-// value; copy it freely.
+// The zero Limit is invalid: Rate and Period must be set. Limit is a small,
+// comparable value; copy it freely.
 type Limit struct {
 	// Algorithm decides how events are counted; "" means GCRA.
 	Algorithm Algorithm
-	// Rate is the number of events allowed per Period; it must be > 0.
+	// Rate is the number of events allowed per Period: 1 to 1e9.
 	Rate int
-	// Period is the time Rate events are spread over; at least MinPeriod, in
-	// whole microseconds.
+	// Period is the time Rate events are spread over: at least a
+	// millisecond, in whole microseconds.
 	Period time.Duration
 	// Burst is how many events may pass at once (the bucket capacity of
 	// GCRA, TokenBucket and LeakyBucket); 0 means Rate. Window algorithms
@@ -81,9 +76,9 @@ type Limit struct {
 
 	// Buckets is the number of sub-buckets per Period of a SlidingWindow:
 	// more is closer to exact, and costs more memory (one hash field each)
-	// and script time. 0 means DefaultBuckets; at most MaxBuckets; it must
-	// divide Period (in microseconds) evenly. 1 is the classic estimate
-	// from the current and previous window. Other algorithms: must be 0.
+	// and script time. 0 means 10; at most 100; it must divide Period (in
+	// microseconds) evenly. 1 is the classic estimate from the current and
+	// previous window. Other algorithms: must be 0.
 	Buckets int
 	// Stepped makes a TokenBucket add Rate tokens at once every Period,
 	// counted from the bucket's first use, instead of continuously. Its
@@ -137,16 +132,16 @@ func (l Limit) Validate() error {
 		err = fmt.Errorf("unknown algorithm %q (want one of %s)", l.Algorithm, algorithmNames())
 	case l.Rate <= 0:
 		err = fmt.Errorf("rate %d must be positive", l.Rate)
-	case l.Rate > MaxCount:
-		err = fmt.Errorf("rate %d is above the maximum %d", l.Rate, MaxCount)
-	case l.Period < MinPeriod:
-		err = fmt.Errorf("period %v must be at least %v", l.Period, MinPeriod)
+	case l.Rate > maxCount:
+		err = fmt.Errorf("rate %d is above the maximum %d", l.Rate, maxCount)
+	case l.Period < minPeriod:
+		err = fmt.Errorf("period %v must be at least %v", l.Period, minPeriod)
 	case l.Period%time.Microsecond != 0:
 		err = fmt.Errorf("period %v must be whole microseconds", l.Period)
 	case l.Burst < 0:
 		err = fmt.Errorf("burst %d must not be negative (0 means rate)", l.Burst)
-	case l.Burst > MaxCount:
-		err = fmt.Errorf("burst %d is above the maximum %d", l.Burst, MaxCount)
+	case l.Burst > maxCount:
+		err = fmt.Errorf("burst %d is above the maximum %d", l.Burst, maxCount)
 	case d.window && l.Burst != 0 && l.Burst != l.Rate:
 		err = fmt.Errorf("%s allows rate events per window; burst %d must be 0 or equal to rate %d",
 			l.algorithm(), l.Burst, l.Rate)
@@ -168,7 +163,7 @@ func (l Limit) Validate() error {
 // buckets returns the effective SlidingWindow sub-bucket count.
 func (l Limit) buckets() int {
 	if l.Buckets == 0 {
-		return DefaultBuckets
+		return defaultBuckets
 	}
 	return l.Buckets
 }
@@ -179,7 +174,7 @@ func (l Limit) String() string {
 	var b strings.Builder
 	b.WriteString(strconv.Itoa(l.Rate))
 	b.WriteByte('/')
-	b.WriteString(formatPeriod(l.Period))
+	b.WriteString(formatPeriod(l.Period, periodUnits))
 	if l.Algorithm != "" {
 		b.WriteByte(' ')
 		b.WriteString(string(l.Algorithm))
@@ -200,21 +195,32 @@ func (l Limit) String() string {
 	}
 	if l.MaxDelay != 0 {
 		b.WriteString(" max_delay=")
-		b.WriteString(formatPeriod(l.MaxDelay))
+		b.WriteString(formatPeriod(l.MaxDelay, periodUnits))
 	}
 	return b.String()
 }
 
-// periodUnits are tried largest first when formatting a period.
-var periodUnits = []struct {
+// periodUnit is a period unit of the grammar.
+type periodUnit struct {
 	name string
 	d    time.Duration
-}{{"h", time.Hour}, {"m", time.Minute}, {"s", time.Second}, {"ms", time.Millisecond}, {"us", time.Microsecond}}
+}
 
-// formatPeriod writes d in the largest unit that divides it, omitting a
-// count of 1: "h", "10s", "1500us". Other durations use time.Duration's form.
-func formatPeriod(d time.Duration) string {
-	for _, u := range periodUnits {
+const day = 24 * time.Hour
+
+// periodUnits are the units String writes, tried largest first.
+// keyUnits are the units of a period in a Redis key: no days, so that the
+// keys of a "24h" limit written before "d" existed stay the same.
+var (
+	periodUnits = []periodUnit{{"d", day}, {"h", time.Hour}, {"m", time.Minute}, {"s", time.Second}, {"ms", time.Millisecond}, {"us", time.Microsecond}}
+	keyUnits    = periodUnits[1:]
+)
+
+// formatPeriod writes d in the largest of units that divides it, omitting
+// a count of 1: "h", "10s", "1500us". Other durations use time.Duration's
+// form.
+func formatPeriod(d time.Duration, units []periodUnit) string {
+	for _, u := range units {
 		if d > 0 && d%u.d == 0 {
 			if n := d / u.d; n != 1 {
 				return strconv.FormatInt(int64(n), 10) + u.name
@@ -225,29 +231,20 @@ func formatPeriod(d time.Duration) string {
 	return d.String()
 }
 
-// periodKey writes d for a Redis key: formatPeriod's form, with the count
-// always written ("1m", "10s", "500ms").
-func periodKey(d time.Duration) string {
-	s := formatPeriod(d)
-	if c := s[0]; c < '0' || c > '9' {
-		return "1" + s
-	}
-	return s
-}
-
 // ParseLimit reads a limit written as
 //
 //	RATE/PERIOD [ALGORITHM] [burst=N] [buckets=N] [stepped] [shape] [max_delay=DURATION]
 //
 // RATE is a positive decimal integer. PERIOD is a duration in Go's syntax
-// (time.ParseDuration: "10s", "500ms", "1m30s", "2h") whose count may be
-// left out when it is 1 ("s", "m", "h"). ALGORITHM is one of the Algorithm
-// names ("gcra", "token_bucket", "leaky_bucket", "fixed_window",
-// "sliding_window", "sliding_log"); without it the limit is GCRA. The other
-// options set the Limit fields of the same names. Fields are separated by
-// spaces; options may come in any order, each at most once.
+// (time.ParseDuration: "10s", "500ms", "1m30s", "2h") or a whole number of
+// days of 24 hours ("d", "2d"); its count may be left out when it is 1 ("s",
+// "m", "h", "d"). ALGORITHM is one of the Algorithm names ("gcra",
+// "token_bucket", "leaky_bucket", "fixed_window", "sliding_window",
+// "sliding_log"); without it the limit is GCRA. The other options set the
+// Limit fields of the same names. Fields are separated by spaces; options
+// may come in any order, each at most once.
 //
-// Examples: "100/m", "5/10s", "3/500ms", "1/h", "20/s token_bucket burst=40",
+// Examples: "100/m", "5/10s", "3/500ms", "5000/d", "20/s token_bucket burst=40",
 // "100/m sliding_window buckets=6", "2/s leaky_bucket burst=10 shape max_delay=3s".
 //
 // The result is validated: errors wrap ErrInvalidLimit and name the part of
@@ -309,14 +306,14 @@ func ParseLimit(s string) (Limit, error) {
 	return l, nil
 }
 
-// parseCount reads a positive decimal integer no larger than MaxCount.
+// parseCount reads a positive decimal integer no larger than maxCount.
 func parseCount(s string) (int, error) {
 	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
 		return 0, fmt.Errorf("%q must be a positive integer", s)
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n > MaxCount {
-		return 0, fmt.Errorf("%q is above the maximum %d", s, MaxCount)
+	if err != nil || n > maxCount {
+		return 0, fmt.Errorf("%q is above the maximum %d", s, maxCount)
 	}
 	if n == 0 {
 		return 0, fmt.Errorf("must be positive, not 0")
@@ -324,10 +321,11 @@ func parseCount(s string) (int, error) {
 	return n, nil
 }
 
-// parsePeriod reads a positive Go duration whose leading 1 may be omitted.
+// parsePeriod reads a positive Go duration, or a whole number of days,
+// whose leading 1 may be omitted.
 func parsePeriod(s string) (time.Duration, error) {
 	if s == "" {
-		return 0, errors.New("is missing (want e.g. \"s\", \"10s\", \"500ms\")")
+		return 0, errors.New("is missing (want e.g. \"s\", \"10s\", \"500ms\", \"d\")")
 	}
 	if c := s[0]; c < '0' || c > '9' {
 		if c == '-' || c == '+' || c == '.' {
@@ -335,9 +333,19 @@ func parsePeriod(s string) (time.Duration, error) {
 		}
 		s = "1" + s
 	}
+	if days, ok := strings.CutSuffix(s, "d"); ok && strings.TrimLeft(days, "0123456789") == "" {
+		n, err := strconv.ParseInt(days, 10, 64)
+		if err != nil || n > int64(maxPeriod/day) {
+			return 0, fmt.Errorf("%q is too long", s)
+		}
+		if n == 0 {
+			return 0, fmt.Errorf("%q must be positive", s)
+		}
+		return time.Duration(n) * day, nil
+	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration with a unit (ms, s, m, h)", s)
+		return 0, fmt.Errorf("%q is not a duration with a unit (us, ms, s, m, h, d)", s)
 	}
 	if d <= 0 {
 		return 0, fmt.Errorf("%q must be positive", s)
@@ -345,11 +353,15 @@ func parsePeriod(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// maxPeriod bounds a period in days so that the count cannot overflow;
+// Validate bounds it more tightly.
+const maxPeriod = time.Duration(1<<63 - 1)
+
 // ParseLimits reads several limits for one key, separated by commas, each
 // in ParseLimit's grammar: "10/s, 1000/h", "20/s token_bucket burst=40,
-// 5000/d fixed_window". The limits must not share state (see
-// ValidateLimits). Errors wrap ErrInvalidLimit and name the limit that is
-// wrong. FormatLimits writes the same form back.
+// 5000/d fixed_window". It accepts what AllowAll does: 1 to 16 limits, no
+// two of which would share state (the same algorithm and period). Errors
+// wrap ErrInvalidLimit and name the limit that is wrong.
 func ParseLimits(s string) ([]Limit, error) {
 	parts := strings.Split(s, ",")
 	limits := make([]Limit, 0, len(parts))
@@ -363,49 +375,8 @@ func ParseLimits(s string) ([]Limit, error) {
 		}
 		limits = append(limits, l)
 	}
-	if err := ValidateLimits(limits); err != nil {
+	if err := checkLimits(nil, limits); err != nil {
 		return nil, fmt.Errorf("%q: %w", s, err)
 	}
 	return limits, nil
-}
-
-// FormatLimits writes limits as ParseLimits reads them: each one's String,
-// joined by ", ".
-func FormatLimits(limits []Limit) string {
-	parts := make([]string, len(limits))
-	for i, l := range limits {
-		parts[i] = l.String()
-	}
-	return strings.Join(parts, ", ")
-}
-
-// ValidateLimits reports whether limits can be decided together for one
-// key (AllowAll): 1 to MaxTerms valid limits, no two of which would share
-// state, that is, each differs from the others in its algorithm (or
-// variant: stepped, shape) or its Period. Errors wrap ErrInvalidLimit.
-func ValidateLimits(limits []Limit) error {
-	if len(limits) == 0 || len(limits) > MaxTerms {
-		return fmt.Errorf("%w: %d limits; want 1 to %d", ErrInvalidLimit, len(limits), MaxTerms)
-	}
-	for i, l := range limits {
-		if err := l.Validate(); err != nil {
-			return err
-		}
-		for _, m := range limits[:i] {
-			if sharesState(l, m) {
-				return errSharedState(m, l)
-			}
-		}
-	}
-	return nil
-}
-
-// sharesState reports whether a and b keep their state under one key.
-func sharesState(a, b Limit) bool {
-	return a.Period == b.Period && a.descriptor().suffix == b.descriptor().suffix
-}
-
-func errSharedState(a, b Limit) error {
-	return fmt.Errorf("%w: %v and %v on one key would share state; give them different periods or algorithms (or scopes)",
-		ErrInvalidLimit, a, b)
 }

@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -19,6 +20,10 @@ func TestParseLimit(t *testing.T) {
 		{"5/10s", core.Limit{Rate: 5, Period: 10 * time.Second}},
 		{"3/500ms", core.Limit{Rate: 3, Period: 500 * time.Millisecond}},
 		{"1/h", core.Limit{Rate: 1, Period: time.Hour}},
+		{"5000/d", core.Limit{Rate: 5000, Period: 24 * time.Hour}},
+		{"20/2d", core.Limit{Rate: 20, Period: 48 * time.Hour}},
+		{"20/1d", core.Limit{Rate: 20, Period: 24 * time.Hour}},
+		{"5/24h fixed_window", core.Limit{Algorithm: core.FixedWindow, Rate: 5, Period: 24 * time.Hour}},
 		{"20/s", core.Limit{Rate: 20, Period: time.Second}},
 		{"7/1m30s", core.Limit{Rate: 7, Period: 90 * time.Second}},
 		{"7/1.5s", core.Limit{Rate: 7, Period: 1500 * time.Millisecond}},
@@ -72,6 +77,11 @@ func TestParseLimitErrors(t *testing.T) {
 		{"5/.5s", "positive duration"},
 		{"5/1us", "at least 1ms"},
 		{"5/9999999999999999h", "not a duration"},
+		{"5/0d", "must be positive"},
+		{"5/1.5d", "not a duration with a unit"},
+		{"5/-1d", "positive duration"},
+		{"5/99999999999999999999d", "too long"},
+		{"5/1d12h", "not a duration with a unit"},
 		{"0-M", "want RATE/PERIOD"},
 		{"5/s/s", "not a duration"},
 		{"5/s lottery", "unknown option \"lottery\""},
@@ -124,6 +134,9 @@ func TestLimitString(t *testing.T) {
 		{core.Limit{Rate: 3, Period: 500 * time.Millisecond}, "3/500ms"},
 		{core.Limit{Rate: 3, Period: 1500 * time.Microsecond}, "3/1500us"},
 		{core.Limit{Rate: 3, Period: 2 * time.Hour}, "3/2h"},
+		{core.Limit{Rate: 3, Period: 24 * time.Hour}, "3/d"},
+		{core.Limit{Rate: 3, Period: 72 * time.Hour}, "3/3d"},
+		{core.Limit{Rate: 3, Period: 36 * time.Hour}, "3/36h"},
 		{core.Limit{Algorithm: core.TokenBucket, Rate: 20, Period: time.Second, Burst: 40}, "20/s token_bucket burst=40"},
 		{core.Limit{Algorithm: core.GCRA, Rate: 1, Period: time.Minute}, "1/m gcra"},
 		{core.Limit{Algorithm: core.SlidingWindow, Rate: 60, Period: time.Minute, Buckets: 12}, "60/m sliding_window buckets=12"},
@@ -146,7 +159,8 @@ func TestLimitString(t *testing.T) {
 func FuzzParseLimit(f *testing.F) {
 	for _, s := range []string{"100/m", "5/10s", "3/500ms", "1/h", "20/s token_bucket burst=40",
 		"60/m fixed_window", "7/1m30s", "1/1.000001s", "0-M", "5/-s", "1/9223372036s",
-		"100/m sliding_window buckets=6", "10/m token_bucket stepped", "2/s leaky_bucket shape max_delay=3s"} {
+		"100/m sliding_window buckets=6", "10/m token_bucket stepped", "2/s leaky_bucket shape max_delay=3s",
+		"5000/d", "1/2d", "1/0d", "1/1d1h"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -199,6 +213,29 @@ func TestValidate(t *testing.T) {
 		err := tt.l.Validate()
 		if !errors.Is(err, core.ErrInvalidLimit) || !strings.Contains(err.Error(), tt.says) {
 			t.Errorf("%+v.Validate() = %v, want ErrInvalidLimit saying %q", tt.l, err, tt.says)
+		}
+	}
+}
+
+// TestDayKeys: a period of days is written in hours in its Redis key, as
+// it was before "d" was a unit, so that state written then is found now.
+func TestDayKeys(t *testing.T) {
+	t.Parallel()
+	lim, m, _ := miniLimiter(t)
+	for _, c := range []struct{ limit, key string }{
+		{"5/d", "redlimit:{k}:gcra:24h"},
+		{"5/24h", "redlimit:{k}:gcra:24h"},
+		{"5/2d fixed_window", "redlimit:{k}:fixed_window:48h"},
+	} {
+		l, err := core.ParseLimit(c.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lim.Allow(context.Background(), "k", l); err != nil {
+			t.Fatal(err)
+		}
+		if !m.Exists(c.key) {
+			t.Errorf("%s: no key %s; keys: %v", c.limit, c.key, m.Keys())
 		}
 	}
 }

@@ -141,8 +141,7 @@ func (p paired) Allow(ctx context.Context, key string, l core.Limit) (core.Resul
 
 func (p paired) AllowN(ctx context.Context, key string, l core.Limit, n int) (core.Result, error) {
 	var each [2]core.Result
-	terms := []core.Term{{Limit: companion(l), N: n}, {Limit: l, N: n}}
-	res, err := p.lim.DecideEach(ctx, core.Request{Key: key, Terms: terms}, each[:])
+	res, _, err := p.lim.DecideEach(ctx, key, nil, []core.Limit{companion(l), l}, n, each[:])
 	if err != nil {
 		return res, err
 	}

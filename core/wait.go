@@ -70,7 +70,7 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) error {
 // a shaping limit has admitted the events, they stay counted whatever the
 // error: their place in the queue is taken.
 func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) error {
-	if err := l.checkID(key); err != nil {
+	if err := l.checkKey(key); err != nil {
 		return err
 	}
 	if err := limit.Validate(); err != nil {

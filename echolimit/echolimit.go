@@ -1,16 +1,17 @@
 // Package echolimit puts redlimit in front of echo (v4) handlers.
 //
-//	e.Use(echolimit.New(lim, core.PerSecond(20)))                       // every route
-//	g := e.Group("/api", echolimit.New(lim, core.PerSecond(100)))        // a group
-//	e.POST("/login", login, echolimit.New(lim, core.PerMinute(5)))       // one route
+//	e.Use(echolimit.New(lim, core.PerSecond(20)))                 // every route
+//	g := e.Group("/api", echolimit.New(lim, core.PerSecond(100)))  // a group
+//	e.POST("/login", login, echolimit.New(lim, core.PerMinute(5))) // one route
 //
 // A request that does not pass is answered as by every adapter: the JSON
 // body {"error":"rate limit exceeded","retry_after":3}, a problem with
 // redlimit.WithProblemDetails, or the deny handler of
-// redlimit.WithDenyHandler. With redlimit.WithFrameworkErrors the
-// middleware returns an *echo.HTTPError instead (429, 503 or 400, the
-// Redis error attached with WithInternal) for echo's error handler to
-// render. Rate-limit headers and Retry-After are set on the response first.
+// redlimit.WithDenyHandler; the middleware then returns nil without
+// calling the handler, so echo's error handler is not involved. Policies
+// keep their state under their name (redlimit.WithName); unnamed, under
+// their limits ("100/m"): name one to keep its state across a change of
+// rate.
 //
 // Keys never come from echo's c.RealIP(), which believes X-Forwarded-For
 // unless an IPExtractor is set; the default key is keyfunc.IP(), the peer
@@ -20,6 +21,9 @@
 package echolimit
 
 import (
+	"errors"
+	"net/http"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/redlimit/redlimit"
@@ -30,7 +34,11 @@ import (
 // limit, with the redlimit Options. It panics if the limit or an option is
 // invalid: it runs at start-up.
 func New(l *core.Limiter, limit core.Limit, opts ...redlimit.Option) echo.MiddlewareFunc {
-	return Middleware(redlimit.MustPolicy(l, limit, opts...))
+	p, err := redlimit.NewPolicy(l, limit, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return Middleware(p)
 }
 
 // Rules returns an echo middleware that applies a rules table: each request
@@ -44,32 +52,34 @@ func Rules(l *core.Limiter, rules redlimit.Rules, opts ...redlimit.Option) (echo
 	return Middleware(rs), nil
 }
 
-// Middleware returns an echo middleware for a Policy or a RuleSet built by
-// hand.
-func Middleware(m redlimit.Matcher) echo.MiddlewareFunc {
+// Middleware returns an echo middleware for a redlimit.Policy: one made by
+// redlimit.NewPolicy, or a *redlimit.RuleSet.
+func Middleware(p redlimit.Policy) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
 			if r.Pattern == "" {
 				r.Pattern = c.Path()
 			}
-			p := m.Match(r)
-			if p == nil {
-				return next(c)
-			}
-			d := p.Decide(c.Response(), r)
-			switch {
-			case d.Allowed():
-				return next(c)
-			case p.FrameworkErrors(): // echo's error handler answers
-				he := echo.NewHTTPError(d.Status, d.Body().Error)
-				if d.Err != nil {
-					he = he.WithInternal(d.Err)
-				}
-				return he
-			}
-			p.Deny(c.Response(), r, d)
-			return nil
+			var err error
+			redlimit.Serve(p, c.Response(), r, func(http.ResponseWriter, *http.Request) int {
+				err = next(c)
+				return status(c, err)
+			})
+			return err
 		}
 	}
+}
+
+// status is the status a handler answered with: its error's (500 for an
+// error that is not an *echo.HTTPError), else what it wrote.
+func status(c echo.Context, err error) int {
+	if err == nil {
+		return c.Response().Status
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		return he.Code
+	}
+	return http.StatusInternalServerError
 }

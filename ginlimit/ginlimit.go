@@ -8,6 +8,9 @@
 // body {"error":"rate limit exceeded","retry_after":3}, a problem with
 // redlimit.WithProblemDetails, or the deny handler of
 // redlimit.WithDenyHandler) and the chain is aborted with c.Abort.
+// Policies keep their state under their name (redlimit.WithName); unnamed,
+// under their limits ("100/m"): name one to keep its state across a change
+// of rate.
 //
 // Keys never come from gin's c.ClientIP(), which trusts forwarding headers
 // from every proxy unless SetTrustedProxies was called; the default key is
@@ -16,6 +19,8 @@
 package ginlimit
 
 import (
+	"net/http"
+
 	"github.com/gin-gonic/gin"
 
 	"github.com/redlimit/redlimit"
@@ -26,7 +31,11 @@ import (
 // limit, with the redlimit Options. It panics if the limit or an option is
 // invalid: it runs at start-up.
 func New(l *core.Limiter, limit core.Limit, opts ...redlimit.Option) gin.HandlerFunc {
-	return Middleware(redlimit.MustPolicy(l, limit, opts...))
+	p, err := redlimit.NewPolicy(l, limit, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return Middleware(p)
 }
 
 // Rules returns a gin middleware that applies a rules table: each request
@@ -40,19 +49,19 @@ func Rules(l *core.Limiter, rules redlimit.Rules, opts ...redlimit.Option) (gin.
 	return Middleware(rs), nil
 }
 
-// Middleware returns a gin middleware for a Policy or a RuleSet built by hand.
-func Middleware(m redlimit.Matcher) gin.HandlerFunc {
+// Middleware returns a gin middleware for a redlimit.Policy: one made by
+// redlimit.NewPolicy, or a *redlimit.RuleSet.
+func Middleware(p redlimit.Policy) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		r := c.Request
 		if r.Pattern == "" {
 			r.Pattern = c.FullPath()
 		}
-		p := m.Match(r)
-		if p == nil {
-			return
-		}
-		if d := p.Decide(c.Writer, r); !d.Allowed() {
-			p.Deny(c.Writer, r, d)
+		d := redlimit.Serve(p, c.Writer, r, func(http.ResponseWriter, *http.Request) int {
+			c.Next()
+			return c.Writer.Status()
+		})
+		if !d.Allowed() {
 			c.Abort()
 		}
 	}

@@ -29,10 +29,10 @@ func BenchmarkObserve(b *testing.B) {
 	hist, _ := meter.Float64Histogram("naive.decision.duration", metric.WithExplicitBucketBoundaries(otellimit.DefaultBuckets()...))
 	naive := func(r *http.Request, d redlimit.Decision) {
 		ctx := r.Context()
-		counter.Add(ctx, 1, metric.WithAttributes(otellimit.PolicyKey.String(d.Policy), otellimit.OutcomeKey.String(string(d.Outcome()))))
+		counter.Add(ctx, 1, metric.WithAttributes(otellimit.PolicyKey.String(d.Policy), otellimit.OutcomeKey.String(string(d.Outcome))))
 		hist.Record(ctx, d.Duration.Seconds(), metric.WithAttributes(otellimit.PolicyKey.String(d.Policy)))
 	}
-	d := redlimit.Decision{Policy: "api", Duration: 300 * time.Microsecond}
+	d := redlimit.Decision{Policy: "api", Outcome: redlimit.OutcomeAllowed, Duration: 300 * time.Microsecond}
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	b.Run("cached", func(b *testing.B) {
 		b.ReportAllocs()

@@ -117,7 +117,7 @@ type Metrics struct {
 
 // policyAttrs are one policy's measurement options.
 type policyAttrs struct {
-	outcomes [][]metric.AddOption // by Outcome.Index
+	outcomes map[redlimit.Outcome][]metric.AddOption // every Outcome's
 	duration []metric.RecordOption
 }
 
@@ -197,13 +197,12 @@ func (m *Metrics) Observe(r *http.Request, d redlimit.Decision) {
 		ctx = r.Context()
 	}
 	pa := m.policy(d.Policy)
-	o := d.Outcome()
-	if i := o.Index(); i >= 0 {
-		m.decisions.Add(ctx, 1, pa.outcomes[i]...)
+	if opts, ok := pa.outcomes[d.Outcome]; ok {
+		m.decisions.Add(ctx, 1, opts...)
 	} else {
-		m.decisions.Add(ctx, 1, metric.WithAttributes(PolicyKey.String(d.Policy), OutcomeKey.String(string(o))))
+		m.decisions.Add(ctx, 1, metric.WithAttributes(PolicyKey.String(d.Policy), OutcomeKey.String(string(d.Outcome))))
 	}
-	if !d.Skipped {
+	if d.Outcome != redlimit.OutcomeSkipped {
 		m.duration.Record(ctx, d.Duration.Seconds(), pa.duration...)
 	}
 }
@@ -215,10 +214,10 @@ func (m *Metrics) policy(name string) *policyAttrs {
 		return pa.(*policyAttrs)
 	}
 	pa := &policyAttrs{duration: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(PolicyKey.String(name)))},
-		outcomes: make([][]metric.AddOption, len(redlimit.Outcomes()))}
-	for i, o := range redlimit.Outcomes() {
+		outcomes: make(map[redlimit.Outcome][]metric.AddOption, len(redlimit.Outcomes()))}
+	for _, o := range redlimit.Outcomes() {
 		set := attribute.NewSet(PolicyKey.String(name), OutcomeKey.String(string(o)))
-		pa.outcomes[i] = []metric.AddOption{metric.WithAttributeSet(set)}
+		pa.outcomes[o] = []metric.AddOption{metric.WithAttributeSet(set)}
 	}
 	actual, _ := m.policies.LoadOrStore(name, pa)
 	return actual.(*policyAttrs)
@@ -226,8 +225,8 @@ func (m *Metrics) policy(name string) *policyAttrs {
 
 // WatchLimiter reports lim's breaker state as redlimit.breaker.open with
 // the attribute redlimit.limiter=name: 1 while it is open, 0 otherwise,
-// read from lim.BreakerOpen() at each collection; and how many times it
-// opened as redlimit.breaker.opens, read from lim.BreakerOpens(). Watch
+// read from lim.Stats() at each collection; and how many times it opened
+// as redlimit.breaker.opens. Watch
 // each Limiter once, under a name of its own; a name already watched, or an
 // empty one, is an error.
 func (m *Metrics) WatchLimiter(lim *core.Limiter, name string) error {
@@ -255,13 +254,13 @@ func (m *Metrics) observeBreakers(_ context.Context, o metric.Observer) error {
 	limiters := slices.Clone(m.limiters)
 	m.mu.Unlock()
 	for _, w := range limiters {
+		stats := w.lim.Stats()
 		var v int64
-		if w.lim.BreakerOpen() {
+		if stats.BreakerOpen {
 			v = 1
 		}
 		o.ObserveInt64(m.breakerOpen, v, w.opts...)
-		// Read after BreakerOpen: an open breaker's opening is counted.
-		o.ObserveInt64(m.breakerOpens, int64(w.lim.BreakerOpens()), w.opts...)
+		o.ObserveInt64(m.breakerOpens, int64(stats.BreakerOpens), w.opts...)
 	}
 	return nil
 }

@@ -166,8 +166,7 @@ func TestCollect(t *testing.T) {
 		redlimit.WithSkip(func(r *http.Request) bool { return r.URL.Path == "/healthz" }))(ok)
 	shadow := nethttp.New(mainLim, core.PerMinute(1), redlimit.WithName("shadow"), metrics.Observer(),
 		redlimit.WithDryRun())(ok)
-	fragile := nethttp.New(fragileLim, core.PerMinute(1000), redlimit.WithName("fragile"), metrics.Observer(),
-		redlimit.WithErrorHandler(func(*http.Request, error) {}))(ok)
+	fragile := nethttp.New(fragileLim, core.PerMinute(1000), redlimit.WithName("fragile"), metrics.Observer())(ok)
 
 	for i, tt := range []struct {
 		h      http.Handler
@@ -278,7 +277,7 @@ func TestObserveAllocs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := redlimit.Decision{Policy: "api", Duration: 300 * time.Microsecond}
+		d := redlimit.Decision{Policy: "api", Outcome: redlimit.OutcomeAllowed, Duration: 300 * time.Microsecond}
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		metrics.Observe(r, d)
 		if n := testing.AllocsPerRun(1000, func() { metrics.Observe(r, d) }); n != 0 {
@@ -325,7 +324,7 @@ func TestBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	metrics.Observe(nil, redlimit.Decision{Policy: "p", Duration: 5 * time.Millisecond})
+	metrics.Observe(nil, redlimit.Decision{Policy: "p", Outcome: redlimit.OutcomeAllowed, Duration: 5 * time.Millisecond})
 	dp := collect(t, reader).durations["p"]
 	if !slices.Equal(dp.Bounds, []float64{0.001, 0.01}) || !slices.Equal(dp.BucketCounts, []uint64{0, 1, 0}) {
 		t.Errorf("bounds %v, counts %v; want [0.001 0.01], [0 1 0]", dp.Bounds, dp.BucketCounts)

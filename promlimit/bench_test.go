@@ -83,7 +83,7 @@ func BenchmarkObserve(b *testing.B) {
 		b.Fatal(err)
 	}
 	naive := newNaive()
-	d := redlimit.Decision{Policy: "api", Duration: 300 * time.Microsecond}
+	d := redlimit.Decision{Policy: "api", Outcome: redlimit.OutcomeAllowed, Duration: 300 * time.Microsecond}
 	b.Run("cached", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -114,8 +114,8 @@ func newNaive() *naive {
 }
 
 func (n *naive) observe(_ *http.Request, d redlimit.Decision) {
-	n.decisions.WithLabelValues(d.Policy, string(d.Outcome())).Inc()
-	if !d.Skipped {
+	n.decisions.WithLabelValues(d.Policy, string(d.Outcome)).Inc()
+	if d.Outcome != redlimit.OutcomeSkipped {
 		n.duration.WithLabelValues(d.Policy).Observe(d.Duration.Seconds())
 	}
 }

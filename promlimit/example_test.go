@@ -80,8 +80,8 @@ func ExampleMetrics_Observe() {
 	_ = redlimit.WithObserver(observe) // give this to nethttp.New and the like
 
 	// Decisions as the middleware would report them.
-	observe(nil, redlimit.Decision{Policy: "login"})
-	observe(nil, redlimit.Decision{Policy: "login", Status: http.StatusTooManyRequests})
+	observe(nil, redlimit.Decision{Policy: "login", Outcome: redlimit.OutcomeAllowed})
+	observe(nil, redlimit.Decision{Policy: "login", Outcome: redlimit.OutcomeDenied, Status: http.StatusTooManyRequests})
 
 	families, err := reg.Gather()
 	if err != nil {

@@ -111,7 +111,7 @@ type Metrics struct {
 
 // policyMetrics are one policy's series.
 type policyMetrics struct {
-	outcomes []prometheus.Counter // by Outcome.Index
+	outcomes map[redlimit.Outcome]prometheus.Counter // every Outcome's
 	duration prometheus.Observer
 }
 
@@ -177,13 +177,12 @@ func (m *Metrics) Observer() redlimit.Option { return redlimit.WithObserver(m.ob
 // policy has been seen.
 func (m *Metrics) Observe(_ *http.Request, d redlimit.Decision) {
 	pm := m.policy(d.Policy)
-	o := d.Outcome()
-	if i := o.Index(); i >= 0 {
-		pm.outcomes[i].Inc()
+	if c, ok := pm.outcomes[d.Outcome]; ok {
+		c.Inc()
 	} else {
-		m.decisions.WithLabelValues(d.Policy, string(o)).Inc()
+		m.decisions.WithLabelValues(d.Policy, string(d.Outcome)).Inc()
 	}
-	if !d.Skipped {
+	if d.Outcome != redlimit.OutcomeSkipped {
 		pm.duration.Observe(d.Duration.Seconds())
 	}
 }
@@ -195,9 +194,9 @@ func (m *Metrics) policy(name string) *policyMetrics {
 		return pm.(*policyMetrics)
 	}
 	pm := &policyMetrics{duration: m.duration.WithLabelValues(name),
-		outcomes: make([]prometheus.Counter, len(redlimit.Outcomes()))}
-	for i, o := range redlimit.Outcomes() {
-		pm.outcomes[i] = m.decisions.WithLabelValues(name, string(o))
+		outcomes: make(map[redlimit.Outcome]prometheus.Counter, len(redlimit.Outcomes()))}
+	for _, o := range redlimit.Outcomes() {
+		pm.outcomes[o] = m.decisions.WithLabelValues(name, string(o))
 	}
 	actual, _ := m.policies.LoadOrStore(name, pm)
 	return actual.(*policyMetrics)
@@ -205,8 +204,8 @@ func (m *Metrics) policy(name string) *policyMetrics {
 
 // WatchLimiter exports lim's breaker state as redlimit_breaker_open with
 // the label limiter="name": 1 while it is open, 0 otherwise, read from
-// lim.BreakerOpen() at each scrape; and how many times it opened as
-// redlimit_breaker_opens_total, read from lim.BreakerOpens(). Watch each
+// lim.Stats() at each scrape; and how many times it opened as
+// redlimit_breaker_opens_total. Watch each
 // Limiter once, under a name of its own; a name already watched, or an
 // empty one, is an error.
 func (m *Metrics) WatchLimiter(lim *core.Limiter, name string) error {
@@ -273,12 +272,12 @@ func (b *breakerCollector) Collect(ch chan<- prometheus.Metric) {
 	limiters := slices.Clone(b.limiters)
 	b.mu.Unlock()
 	for _, w := range limiters {
+		stats := w.lim.Stats()
 		v := 0.0
-		if w.lim.BreakerOpen() {
+		if stats.BreakerOpen {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(b.open, prometheus.GaugeValue, v, w.name)
-		// Read after BreakerOpen: an open breaker's opening is counted.
-		ch <- prometheus.MustNewConstMetric(b.opens, prometheus.CounterValue, float64(w.lim.BreakerOpens()), w.name)
+		ch <- prometheus.MustNewConstMetric(b.opens, prometheus.CounterValue, float64(stats.BreakerOpens), w.name)
 	}
 }

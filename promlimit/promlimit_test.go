@@ -145,8 +145,7 @@ func TestScrape(t *testing.T) {
 		redlimit.WithSkip(func(r *http.Request) bool { return r.URL.Path == "/healthz" }))(ok)
 	shadow := nethttp.New(mainLim, core.PerMinute(1), redlimit.WithName("shadow"), metrics.Observer(),
 		redlimit.WithDryRun())(ok)
-	fragile := nethttp.New(fragileLim, core.PerMinute(1000), redlimit.WithName("fragile"), metrics.Observer(),
-		redlimit.WithErrorHandler(func(*http.Request, error) {}))(ok)
+	fragile := nethttp.New(fragileLim, core.PerMinute(1000), redlimit.WithName("fragile"), metrics.Observer())(ok)
 
 	for i, tt := range []struct {
 		h      http.Handler
@@ -300,7 +299,7 @@ func TestObserveAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := redlimit.Decision{Policy: "api", Duration: 300 * time.Microsecond}
+	d := redlimit.Decision{Policy: "api", Outcome: redlimit.OutcomeAllowed, Duration: 300 * time.Microsecond}
 	metrics.Observe(nil, d)
 	if n := testing.AllocsPerRun(1000, func() { metrics.Observe(nil, d) }); n != 0 {
 		t.Errorf("Observe allocates %v times, want 0", n)

@@ -172,8 +172,8 @@ func frameworks(lim *core.Limiter) {
 			rec := httptest.NewRecorder()
 			a.app.ServeHTTP(rec, r)
 			h := rec.Header()
-			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", a.name, i, rec.Code, h.Get(redlimit.HeaderLimit),
-				h.Get(redlimit.HeaderRemaining), h.Get(redlimit.HeaderReset), h.Get(redlimit.HeaderRetryAfter),
+			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", a.name, i, rec.Code, h.Get("X-RateLimit-Limit"),
+				h.Get("X-RateLimit-Remaining"), h.Get("X-RateLimit-Reset"), h.Get("Retry-After"),
 				strings.TrimSpace(rec.Body.String()))
 		}
 	}

@@ -14,7 +14,7 @@
 //
 // Rows (select with -only, by row or group name):
 //
-//	decide:  evalsha, core, core-nobatch, core-ctxtimeout, redis_rate, ulule
+//	decide:  evalsha, core, core-pipeline, core-ctxtimeout, redis_rate, ulule
 //	http:    http-redlimit, http-ulule
 //	denied:  deny-cache, deny-nocache (one hot key only)
 //

@@ -65,7 +65,7 @@ func rowNames() []string {
 
 // The limits of the throughput rows: a billion per second never denies
 // (GCRA's emission interval rounds up to 1 µs, with a burst of a billion).
-const never = core.MaxCount
+const never = 1_000_000_000
 
 var (
 	neverLimit  = core.Limit{Rate: never, Period: time.Second}
@@ -98,8 +98,7 @@ var allRows = []*row{
 	{
 		name: "core", group: "decide", want: true,
 		describe: func(config) string {
-			return fmt.Sprintf("redlimit core.New(rdb).Allow, GCRA; defaults: batching on (WithBatchSize(%d), WithPipelines(%d), a batch as one script call), deny cache on",
-				core.DefaultBatchSize, core.DefaultPipelines)
+			return "redlimit core.New(rdb).Allow, GCRA; defaults: batching on (up to 128 decisions a round trip, 4 in flight, a batch as one script call), deny cache on"
 		},
 		setup: func(e *env) (op, error) { return coreOp(e, neverLimit, true) },
 	},
@@ -109,15 +108,6 @@ var allRows = []*row{
 			return "redlimit core.New(rdb, WithBatchScript(false)).Allow, GCRA: a batch goes as a pipeline of one script call per decision"
 		},
 		setup: func(e *env) (op, error) { return coreOp(e, neverLimit, true, core.WithBatchScript(false)) },
-	},
-	{
-		name: "core-nobatch", group: "decide", want: true,
-		describe: func(cfg config) string {
-			return fmt.Sprintf("redlimit core.New(rdb, WithBatchSize(1), WithPipelines(%d)).Allow, GCRA: one round trip per decision", cfg.poolSize())
-		},
-		setup: func(e *env) (op, error) {
-			return coreOp(e, neverLimit, true, core.WithBatchSize(1), core.WithPipelines(e.poolSize))
-		},
 	},
 	{
 		name: "core-ctxtimeout", group: "decide", want: true, contextTimeouts: true,
@@ -163,7 +153,11 @@ var allRows = []*row{
 		},
 		setup: func(e *env) (op, error) {
 			mw := nethttp.New(core.New(e.rdb), neverLimit,
-				redlimit.WithErrorHandler(func(_ *http.Request, err error) { e.errs.add(err) }))
+				redlimit.WithObserver(func(_ *http.Request, d redlimit.Decision) {
+					if d.Err != nil {
+						e.errs.add(d.Err)
+					}
+				}))
 			return httpOp(e, mw(okHandler))
 		},
 	},
@@ -183,8 +177,8 @@ var allRows = []*row{
 	{
 		name: "deny-cache", group: "denied", want: false, hotOnly: true,
 		describe: func(config) string {
-			return fmt.Sprintf("redlimit core.New(rdb).Allow: deny cache on (default: %d keys, answers for at most %v)",
-				core.DefaultDenyCacheKeys, core.DefaultDenyCacheMaxAge)
+			return fmt.Sprintf("redlimit core.New(rdb).Allow: deny cache on (default: %d keys, answers for at most 1s)",
+				core.DefaultDenyCacheKeys)
 		},
 		setup: func(e *env) (op, error) { return coreOp(e, deniedLimit, false) },
 	},

@@ -1,8 +1,7 @@
-package redlimit
+package core_test
 
 import (
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"testing"
 	"time"
@@ -31,44 +30,43 @@ const localBytesPerEntry = 256
 func TestLocalLimiterMillionKeys(t *testing.T) {
 	const max = 30_000
 	keys := 1_000_000
-	if raceEnabled() {
+	if raceEnabled {
 		keys = 200_000
 	}
-	terms := []core.Term{
-		{Scope: "api", Limit: core.PerSecond(10), N: 2},
-		{Scope: "api", Limit: core.Limit{Algorithm: core.FixedWindow, Rate: 1000, Period: time.Hour}, N: 2},
-	}
-	each := make([]core.Result, len(terms))
+	scopes := []string{"api", "api"}
+	limits := []core.Limit{core.PerSecond(10), {Algorithm: core.FixedWindow, Rate: 1000, Period: time.Hour}}
+	const n = 2
+	each := make([]core.Result, len(limits))
 
 	before := liveHeap()
-	l := newLocalLimiter(max)
 	now := time.Unix(1_700_000_000, 0)
+	l := core.NewLocal(max, func() time.Time { return now })
 	var mid uint64
 	buf := []byte("ip:")
 	for i := range keys {
 		key := string(strconv.AppendInt(buf[:3], int64(i), 10))
-		if res := l.allow(key, terms, now, each); !res.Allowed {
+		if res, _ := l.Allow(key, scopes, limits, n, each); !res.Allowed {
 			t.Fatalf("key %d, new, denied: %+v", i, res)
 		}
-		if n := l.size(); n > max {
-			t.Fatalf("after %d keys, %d states kept, over the bound %d", i+1, n, max)
+		if kept := l.Size(); kept > max {
+			t.Fatalf("after %d keys, %d states kept, over the bound %d", i+1, kept, max)
 		}
 		if i == keys/4 {
 			mid = liveHeap()
 		}
 		now = now.Add(time.Microsecond)
 	}
-	if n := l.size(); n != max {
-		t.Errorf("%d states kept after %d keys, want the bound, %d", n, keys, max)
+	if kept := l.Size(); kept != max {
+		t.Errorf("%d states kept after %d keys, want the bound, %d", kept, keys, max)
 	}
 	// The most recent keys are remembered: a second request of the last
 	// one is decided on its state, the first one's was evicted.
 	last := "ip:" + strconv.Itoa(keys-1)
-	if res := l.allow(last, terms, now, each); res.Remaining != terms[0].Limit.Capacity()-2*terms[0].N {
-		t.Errorf("the last key's second request: Remaining %d, want %d", res.Remaining, terms[0].Limit.Capacity()-2*terms[0].N)
+	if res, _ := l.Allow(last, scopes, limits, n, each); res.Remaining != limits[0].Capacity()-2*n {
+		t.Errorf("the last key's second request: Remaining %d, want %d", res.Remaining, limits[0].Capacity()-2*n)
 	}
-	if res := l.allow("ip:0", terms, now, each); res.Remaining != terms[0].Limit.Capacity()-terms[0].N {
-		t.Errorf("the first key's second request: Remaining %d, want %d (evicted)", res.Remaining, terms[0].Limit.Capacity()-terms[0].N)
+	if res, _ := l.Allow("ip:0", scopes, limits, n, each); res.Remaining != limits[0].Capacity()-n {
+		t.Errorf("the first key's second request: Remaining %d, want %d (evicted)", res.Remaining, limits[0].Capacity()-n)
 	}
 
 	end := liveHeap()
@@ -76,27 +74,13 @@ func TestLocalLimiterMillionKeys(t *testing.T) {
 	used := int64(end) - int64(before)
 	perEntry := float64(used) / max
 	t.Logf("%d states kept after %d keys × %d limits: live heap %d bytes, %.0f bytes per state (%d at a quarter of the keys)",
-		max, keys, len(terms), used, perEntry, int64(mid)-int64(before))
+		max, keys, len(limits), used, perEntry, int64(mid)-int64(before))
 	if used > localBytesPerEntry*max {
 		t.Errorf("live heap %d bytes for %d states (%.0f each), over %d each", used, max, perEntry, localBytesPerEntry)
 	}
 	if grown := int64(end) - int64(mid); grown > localBytesPerEntry*max/10 {
 		t.Errorf("live heap grew by %d bytes between a quarter and all of the keys, with the bound reached", grown)
 	}
-}
-
-// raceEnabled reports whether the test binary was built with -race.
-func raceEnabled() bool {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range info.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
 }
 
 // liveHeap returns the bytes of live heap objects after a collection.
@@ -112,17 +96,17 @@ func liveHeap() uint64 {
 // hand it a fresh allowance.
 func TestLocalLimiterKeepsDeniedKeys(t *testing.T) {
 	t.Parallel()
-	l := newLocalLimiter(3)
-	terms := []core.Term{{Scope: "api", Limit: core.PerHour(1), N: 1}}
-	each := make([]core.Result, 1)
 	now := time.Unix(1_700_000_000, 0)
-	if res := l.allow("abuser", terms, now, each); !res.Allowed {
+	l := core.NewLocal(3, func() time.Time { return now })
+	scopes, limits := []string{"api"}, []core.Limit{core.PerHour(1)}
+	each := make([]core.Result, 1)
+	if res, _ := l.Allow("abuser", scopes, limits, 1, each); !res.Allowed {
 		t.Fatalf("first request denied: %+v", res)
 	}
 	for i := 0; i < 10; i++ {
-		if res := l.allow("abuser", terms, now, each); res.Allowed {
+		if res, _ := l.Allow("abuser", scopes, limits, 1, each); res.Allowed {
 			t.Fatalf("after %d new keys the abuser was allowed again: its state was forgotten", i)
 		}
-		l.allow("ip:"+strconv.Itoa(i), terms, now, each)
+		l.Allow("ip:"+strconv.Itoa(i), scopes, limits, 1, each)
 	}
 }

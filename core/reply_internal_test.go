@@ -23,24 +23,24 @@ func packError(msg string) []int64 {
 	return out
 }
 
-// TestNextDecision: a batch script's reply splits into each decision's
+// TestNextReply: a batch script's reply splits into each decision's
 // reply or error, whatever the length of the message; a reply too short
 // for what it announces is an error for the rest, never a panic.
-func TestNextDecision(t *testing.T) {
+func TestNextReply(t *testing.T) {
 	t.Parallel()
 	one := []int64{1, 1, 1, 9, 0, 5, 0, 0}                   // one limit, allowed
 	two := []int64{1, 0, 1, 4, 0, 7, 0, 0, 0, 0, 3, 3, 0, 3} // two limits, the second denies
 	for _, msg := range []string{"", "W", "WRONGT", "WRONGTY", strings.Repeat("é", maxBatchError/2)} {
 		reply := slices.Concat(one, packError(msg), two)
-		mine, rest, err := nextDecision(reply, 1)
+		mine, rest, err := nextReply(reply, 1)
 		if err != nil || !slices.Equal(mine, one[1:]) {
 			t.Fatalf("first: %v, %v", mine, err)
 		}
-		mine, rest, err = nextDecision(rest, 1)
+		mine, rest, err = nextReply(rest, 1)
 		if !redis.HasErrorPrefix(err, msg) || err.Error() != msg || mine != nil {
 			t.Fatalf("message of %d bytes: %q, %v", len(msg), err, mine)
 		}
-		mine, rest, err = nextDecision(rest, 2)
+		mine, rest, err = nextReply(rest, 2)
 		if err != nil || !slices.Equal(mine, two[1:]) || len(rest) != 0 {
 			t.Fatalf("after a message of %d bytes: %v, %v, rest %v", len(msg), mine, err, rest)
 		}
@@ -52,8 +52,8 @@ func TestNextDecision(t *testing.T) {
 		"long message":   packError(strings.Repeat("x", maxBatchError+1)),
 		"unknown status": {2, 1, 1, 9, 0, 5, 0, 0},
 	} {
-		if mine, rest, err := nextDecision(reply, 1); !errors.Is(err, errBatchReply) || mine != nil || rest != nil {
-			t.Errorf("%s: %v, %v, rest %v; want errBatchReply and nothing else", name, mine, err, rest)
+		if mine, rest, err := nextReply(reply, 1); !errors.Is(err, errMalformed) || mine != nil || rest != nil {
+			t.Errorf("%s: %v, %v, rest %v; want errMalformed and nothing else", name, mine, err, rest)
 		}
 	}
 }

@@ -1,0 +1,23 @@
+package redlimit
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/bridge"
+)
+
+// What this package uses of core beyond its API; package bridge documents
+// each function.
+var (
+	decide = bridge.Decide.(func(l *core.Limiter, ctx context.Context, key string, scopes []string,
+		limits []core.Limit, n int, each []core.Result) (core.Result, int, error))
+	checkLimits = bridge.Check.(func(scopes []string, limits []core.Limit) error)
+	limitState  = bridge.State.(func(l core.Limit) (variant, period string))
+	limiterLog  = bridge.Logger.(func(l *core.Limiter) *slog.Logger)
+	newFallback = bridge.Fallback.(func(keys int) fallback)
+)
+
+// fallback decides as Redis would, in process: FailLocal's.
+type fallback = func(key string, scopes []string, limits []core.Limit, n int, each []core.Result) (core.Result, int)

@@ -1,0 +1,28 @@
+package core
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/redlimit/redlimit/internal/bridge"
+)
+
+// What the other redlimit packages use of core beyond its API (see package
+// bridge for each function's contract).
+func init() {
+	bridge.Decide = func(l *Limiter, ctx context.Context, key string, scopes []string, limits []Limit, n int, each []Result) (Result, int, error) {
+		return l.decide(ctx, key, scopes, limits, n, each)
+	}
+	bridge.Check = checkLimits
+	bridge.State = func(l Limit) (variant, period string) {
+		info, err := infos.get(l)
+		if err != nil {
+			return "", ""
+		}
+		return info.d.suffix, info.period
+	}
+	bridge.Logger = func(l *Limiter) *slog.Logger { return l.log }
+	bridge.Fallback = func(keys int) func(string, []string, []Limit, int, []Result) (Result, int) {
+		return newLocalLimiter(keys).allow
+	}
+}

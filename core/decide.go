@@ -1,0 +1,248 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redlimit/redlimit/internal/bridge"
+)
+
+// decision is one decision on its way: what prepare works out of its
+// arguments, read by the steps after it.
+type decision struct {
+	id     string
+	scopes []string // nil: every limit in the scope ""
+	limits []Limit
+	n      int
+	never  bool // n is above some limit's capacity: report the state, admit nothing
+	infos  [bridge.MaxLimits]*limitInfo
+	keys   [bridge.MaxLimits]string
+}
+
+// decide makes a decision of n events for id under limits, each kept in
+// its scope (scopes may be nil), in these steps:
+//
+//  1. prepare: check the key, the limits and the cost; name each limit's state;
+//  2. the deny cache: a denial Redis gave moments ago answers at once;
+//  3. ask: one script call, through the breaker and the engine;
+//  4. read: each limit's result from the reply, and the binding one;
+//  5. remember a denial in the deny cache.
+//
+// It stores each limit's own result in each, if not nil (as long as
+// limits), and returns the binding result and its index.
+func (l *Limiter) decide(ctx context.Context, id string, scopes []string, limits []Limit, n int, each []Result) (Result, int, error) {
+	var d decision
+	if err := l.prepare(&d, id, scopes, limits, n); err != nil {
+		return Result{}, 0, err
+	}
+	var buf [bridge.MaxLimits]Result
+	results := buf[:len(limits)]
+	if each != nil {
+		results = each[:len(limits)]
+	}
+
+	now := l.now()
+	var cacheID string
+	var seq uint64
+	refresh := false // this decision refreshes a cached denial
+	if l.deny != nil && !d.never {
+		cacheID = d.cacheID()
+		var ok bool
+		if ok, refresh = l.deny.get(cacheID, &d, now, results); ok {
+			res, i := binding(results)
+			res.Cached = true
+			return res, i, nil
+		}
+		seq = l.deny.sent()
+	}
+
+	reply, err := l.ask(ctx, &d, now)
+	if err == nil {
+		err = readReply(reply, d.limits, d.infos[:len(limits)], n, results)
+	}
+	if err != nil {
+		// A copy of id: were id itself to reach the heap, so would the
+		// caller's arguments, costing an allocation per decision.
+		return Result{}, 0, fmt.Errorf("redlimit: %s decision for %q: %w", d.algorithms(), strings.Clone(id), err)
+	}
+	res, i := binding(results)
+	switch {
+	case !res.Allowed && l.deny != nil && !d.never:
+		l.deny.add(cacheID, &d, now, seq, results)
+	case refresh: // allowed after all: another process reset or raised a limit
+		l.deny.forget(cacheID)
+	}
+	return res, i, nil
+}
+
+// prepare checks d's arguments and names each limit's state.
+func (l *Limiter) prepare(d *decision, id string, scopes []string, limits []Limit, n int) error {
+	if err := l.checkKey(id); err != nil {
+		return err
+	}
+	if len(limits) == 0 || len(limits) > bridge.MaxLimits {
+		return fmt.Errorf("%w: %d limits in one decision; want 1 to %d", ErrInvalidLimit, len(limits), bridge.MaxLimits)
+	}
+	if n < 0 {
+		return fmt.Errorf("%w: n=%d must not be negative", ErrInvalidCost, n)
+	}
+	d.id, d.scopes, d.limits, d.n = id, scopes, limits, n
+	for i, limit := range limits {
+		info, err := infos.get(limit)
+		if err != nil {
+			return err
+		}
+		d.infos[i], d.keys[i] = info, stateKey(l.prefix, scopeOf(scopes, i), id, info)
+		d.never = d.never || n > info.capacity
+		for j := range i {
+			if d.keys[j] == d.keys[i] {
+				return errSharedState(limits[j], limit)
+			}
+		}
+	}
+	return nil
+}
+
+// cacheID names d in the deny cache: its keys, in order.
+func (d *decision) cacheID() string {
+	if len(d.limits) == 1 {
+		return d.keys[0]
+	}
+	return strings.Join(d.keys[:len(d.limits)], "\x00")
+}
+
+// algorithms names the algorithms of d, for errors: "gcra+fixed_window".
+func (d *decision) algorithms() string {
+	names := make([]string, len(d.limits))
+	for i := range d.limits {
+		names[i] = d.infos[i].d.name
+	}
+	return strings.Join(names, "+")
+}
+
+// ask sends d's script call and returns its reply. The call runs the
+// script of d's algorithm, or the mixed one when they differ; its ARGV is
+// the clock ("": the server's), then per limit its cost (0 for a cost that
+// can never be admitted: the state is reported) and the algorithm's own.
+func (l *Limiter) ask(ctx context.Context, d *decision, now time.Time) ([]int64, error) {
+	k := len(d.limits)
+	s := d.infos[0].d.script
+	for _, info := range d.infos[1:k] {
+		if info.d.file != d.infos[0].d.file {
+			s = mixedScript
+			break
+		}
+	}
+	c := newCall(s, k)
+	for _, key := range d.keys[:k] {
+		c.args = append(c.args, key)
+	}
+	var clock any = "" // the server's
+	if l.clock != nil {
+		clock = now.UnixMicro()
+	}
+	c.args = append(c.args, clock)
+	cost := d.n
+	if d.never {
+		cost = 0
+	}
+	for _, info := range d.infos[:k] {
+		c.args = append(append(c.args, cost), info.args...)
+	}
+	return l.run(ctx, c)
+}
+
+// run sends c through the breaker and the engine and returns its reply.
+func (l *Limiter) run(ctx context.Context, c *call) ([]int64, error) {
+	probe, err := l.breaker.admit(time.Now())
+	if err != nil {
+		c.recycle()
+		return nil, err
+	}
+	reply, err := l.engine.do(ctx, c, l.timeout)
+	switch {
+	case err == nil:
+		l.breaker.success(probe)
+	case ctx.Err() != nil && !errors.Is(err, ErrTimeout): // the caller left: not Redis's failure
+		l.breaker.release(probe)
+	default:
+		l.breaker.failure(time.Now(), probe, err)
+	}
+	return reply, err
+}
+
+// binding returns the result of a decision of several limits from each
+// limit's own result, and its index: the denying limit's with the longest
+// RetryAfter, or, when all allow, the one with the fewest Remaining (the
+// first of equals); with the longest ResetAfter of all, and the longest
+// Delay when allowed. results must not be empty.
+func binding(results []Result) (Result, int) {
+	b, reset, delay := 0, results[0].ResetAfter, results[0].Delay
+	for i, r := range results[1:] {
+		best := results[b]
+		if best.Allowed && !r.Allowed ||
+			!best.Allowed && !r.Allowed && r.RetryAfter > best.RetryAfter ||
+			best.Allowed && r.Allowed && r.Remaining < best.Remaining {
+			b = i + 1
+		}
+		reset, delay = max(reset, r.ResetAfter), max(delay, r.Delay)
+	}
+	res := results[b]
+	res.ResetAfter, res.Delay = reset, delay
+	if !res.Allowed {
+		res.Delay = 0
+	}
+	return res, b
+}
+
+// now reads the Limiter's clock: WithClock's, in the whole microseconds the
+// scripts see (so that the deny cache's instants are Redis's), else the
+// process's.
+func (l *Limiter) now() time.Time {
+	switch {
+	case l.clock != nil:
+		return time.UnixMicro(l.clock().UnixMicro())
+	case l.localClock != nil:
+		return l.localClock()
+	}
+	return time.Now()
+}
+
+// reset forgets the state key keeps under limit in scope, and every
+// denial of this Limiter's deny cache that involved it.
+func (l *Limiter) reset(ctx context.Context, scope, key string, limit Limit) error {
+	if err := l.checkKey(key); err != nil {
+		return err
+	}
+	info, err := infos.get(limit)
+	if err != nil {
+		return err
+	}
+	name := stateKey(l.prefix, scope, key, info)
+	c := newCall(delScript, 1)
+	c.args = append(c.args, name)
+	_, err = l.run(ctx, c)
+	if l.deny != nil { // after the reset, so that denials sent meanwhile go too
+		l.deny.reset(name)
+	}
+	if err != nil {
+		return fmt.Errorf("redlimit: reset %v state of %q: %w", limit, key, err)
+	}
+	return nil
+}
+
+// checkKey reports whether the Limiter can store state for key.
+func (l *Limiter) checkKey(key string) error {
+	switch {
+	case l.engine == nil:
+		return errors.New("redlimit: Limiter is not initialised; create it with core.New")
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(key) > maxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes is longer than %d; hash it first", ErrInvalidKey, len(key), maxKeyLen)
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package core
+
+import (
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/redlimit/redlimit/internal/bridge"
+)
+
+// localLimiter stands in for Redis while it is unreachable (the HTTP
+// layer's FailLocal): every limit as GCRA with its Rate, Period and Burst,
+// whatever its algorithm, in process memory, so each instance enforces the
+// limits on its own, all or nothing as Redis would. Its states are named
+// as Redis's are (state.go), and it holds at most max of them in an LRU
+// (hashicorp/golang-lru's simplelru, under one lock so that the limits of
+// one decision are decided together). Time is the process's clock.
+type localLimiter struct {
+	mu  sync.Mutex
+	tat *simplelru.LRU[string, int64] // theoretical arrival time, µs, per state
+	now func() time.Time
+}
+
+func newLocalLimiter(max int) *localLimiter {
+	tat, err := simplelru.NewLRU[string, int64](max, nil)
+	if err != nil { // only for max < 1
+		panic(err)
+	}
+	return &localLimiter{tat: tat, now: time.Now}
+}
+
+// allow decides n events for key under limits, each in its scope, fills
+// each (as long as limits) and returns the binding result and its index.
+// The limits must have passed checkLimits.
+func (l *localLimiter) allow(key string, scopes []string, limits []Limit, n int, each []Result) (Result, int) {
+	var stateBuf [bridge.MaxLimits]string
+	var tatBuf [bridge.MaxLimits]int64
+	var infoBuf [bridge.MaxLimits]*limitInfo
+	states, tats := stateBuf[:len(limits)], tatBuf[:len(limits)]
+	now := l.now().UnixMicro()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	allowed := true
+	for i, limit := range limits {
+		info, err := infos.get(limit)
+		if err != nil { // not reached: checked when the policy was built
+			each[i] = Result{Limit: limit, RetryAfter: InfDuration}
+			allowed = false
+			continue
+		}
+		infoBuf[i] = info
+		states[i] = stateKey("", scopeOf(scopes, i), key, info)
+		// Get, not Peek: a key that keeps being denied is in use and must
+		// not be the first forgotten, or it would start afresh.
+		tat, _ := l.tat.Get(states[i])
+		each[i], tats[i] = localGCRA(limit, info, tat, now, n)
+		allowed = allowed && each[i].Allowed
+	}
+	for i, limit := range limits {
+		switch {
+		case infoBuf[i] == nil:
+		case allowed:
+			l.tat.Add(states[i], tats[i])
+		case each[i].Allowed: // report the state it keeps, as for n = 0
+			tat, _ := l.tat.Peek(states[i])
+			each[i], _ = localGCRA(limit, infoBuf[i], tat, now, 0)
+		}
+	}
+	return binding(each)
+}
+
+// localGCRA returns the GCRA decision of n events under limit at now (µs)
+// from the state tat, and the state to keep if it allows. A cost above the
+// burst reports the state and is never allowed.
+func localGCRA(limit Limit, info *limitInfo, tat, now int64, n int) (Result, int64) {
+	cost := n
+	if n > info.capacity {
+		cost = 0
+	}
+	ok, left, retry, reset, next, tat := gcra(tat, now, cost, gcraInterval(limit), info.capacity)
+	res := Result{Limit: limit, Allowed: ok, Remaining: left, RetryAfter: us(retry), ResetAfter: us(reset), NextAfter: us(next)}
+	if cost != n {
+		res.Allowed, res.RetryAfter = false, InfDuration
+	}
+	return res, tat
+}
+
+// size returns how many states are kept.
+func (l *localLimiter) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tat.Len()
+}

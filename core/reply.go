@@ -1,0 +1,99 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The replies of the scripts, read here and nowhere else.
+//
+// A decision script (lua/decide.lua) replies with 1 if every limit allowed,
+// else 0, then replyWidth integers per limit, in the order of its keys:
+//
+//	allowed (0 or 1), remaining, retry_after, reset_after, delay, next
+//
+// durations in microseconds (see Result for what each means). A batch
+// script (lua/batch.lua) replies with each decision's reply in turn, each
+// after a status: 1, then the decision's reply; or -len, then the error
+// Redis gave that decision, len bytes (at most maxBatchError) packed six to
+// an integer, big-endian, the last holding the rest.
+const replyWidth = 6
+
+// maxBatchError is the longest error message the batch script returns.
+const maxBatchError = 240
+
+// errMalformed is the error of a reply that is not laid out as above.
+var errMalformed = errors.New("redlimit: a script's reply is malformed")
+
+// replyLen is the length of a decision's reply for limits limits.
+func replyLen(limits int) int { return 1 + replyWidth*limits }
+
+// readReply stores in results (one per limit) what reply, a decision's,
+// says of each limit. An n above a limit's capacity was sent as 0, to
+// report the state: it is never allowed, RetryAfter InfDuration.
+func readReply(reply []int64, limits []Limit, infos []*limitInfo, n int, results []Result) error {
+	if len(reply) != replyLen(len(limits)) {
+		return fmt.Errorf("%w: %d values for %d limits, want %d", errMalformed, len(reply), len(limits), replyLen(len(limits)))
+	}
+	for i, l := range limits {
+		r := reply[1+replyWidth*i:]
+		results[i] = Result{
+			Limit:      l,
+			Allowed:    r[0] == 1,
+			Remaining:  int(r[1]),
+			RetryAfter: us(r[2]),
+			ResetAfter: us(r[3]),
+			Delay:      us(r[4]),
+			NextAfter:  us(r[5]),
+		}
+		if n > infos[i].capacity {
+			results[i].Allowed, results[i].RetryAfter = false, InfDuration
+		}
+	}
+	return nil
+}
+
+// nextReply takes the reply of one decision of `limits` limits off the
+// front of a batch script's reply: that decision's reply, or the error
+// Redis gave it; and returns the rest.
+func nextReply(batch []int64, limits int) (reply, rest []int64, err error) {
+	if len(batch) == 0 {
+		return nil, nil, errMalformed
+	}
+	status, batch := batch[0], batch[1:]
+	if status == 1 {
+		n := replyLen(limits)
+		if len(batch) < n {
+			return nil, nil, errMalformed
+		}
+		return batch[:n:n], batch[n:], nil
+	}
+	size := int(-status)
+	words := (size + 5) / 6
+	if size < 0 || size > maxBatchError || len(batch) < words {
+		return nil, nil, errMalformed
+	}
+	msg := make([]byte, 0, size)
+	for i, w := range batch[:words] {
+		for b := min(6, size-6*i) - 1; b >= 0; b-- {
+			msg = append(msg, byte(w>>(8*b)))
+		}
+	}
+	return nil, batch[words:], redisError(msg)
+}
+
+// redisError is an error Redis gave one decision of a batch script. Like
+// go-redis's own, it is a redis.Error, so redis.HasErrorPrefix reads it.
+type redisError string
+
+func (e redisError) Error() string { return string(e) }
+
+// RedisError marks e as an error reply of the server.
+func (redisError) RedisError() {}
+
+// us converts the scripts' microseconds to a Duration.
+func us(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
+
+// micros converts a Duration to the scripts' microseconds.
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }

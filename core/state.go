@@ -1,0 +1,156 @@
+package core
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/redlimit/redlimit/internal/bridge"
+)
+
+// A limit keeps its state for a key in Redis under a name made of the
+// key, the scope the limit is decided in ("" unless the HTTP layer decides
+// it for a policy, whose name is its scope), the variant of its algorithm
+// whose state it is (the stepped token bucket's differs from the
+// continuous one's) and its period:
+//
+//	<prefix>[<scope>:]{<key>}:<variant>:<period>
+//
+// for example "redlimit:login:{203.0.113.7}:gcra:1m". Everything else about
+// a limit (Rate, Burst, Buckets, ...) is read afresh at every decision, so
+// it may change and keep the state. Two limits share state exactly when
+// their scope, variant and period are equal; that identity names the Redis
+// key, FailLocal's state in process, and the HTTP layer's header members.
+//
+// The key is a Cluster hash tag, so every limit of one key, in every scope,
+// lands in one Redis Cluster slot and can be decided in one script. In the
+// scope and the prefix '{', '}' and '%' are escaped (%7B, %7D, %25);
+// inside the braces '%' and '}', so the hash tag is always the whole key
+// and distinct keys or scopes never share a name.
+
+// limitInfo is what a decision needs of a valid limit, worked out once.
+type limitInfo struct {
+	d        *descriptor
+	capacity int
+	period   string // the period as keys write it: "1m", "10s", "24h"
+	state    string // ":<variant>:<period>", which follows the key's hash tag
+	args     []any  // the algorithm's name and ARGV, boxed
+}
+
+// stateKey returns the name of the state key keeps under the limit of
+// info in scope.
+func stateKey(prefix, scope, key string, info *limitInfo) string {
+	if strings.ContainsAny(key, "%}") {
+		key = escape(key, "}")
+	}
+	if scope == "" {
+		return prefix + "{" + key + "}" + info.state
+	}
+	if strings.ContainsAny(scope, "%{}") {
+		scope = escape(scope, "{}")
+	}
+	return prefix + scope + ":{" + key + "}" + info.state
+}
+
+// escape returns a copy of s with '%' and the bytes of special written as
+// %XX. It always copies, so that s need not reach the heap.
+func escape(s, special string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '%' || strings.IndexByte(special, c) >= 0 {
+			b.Write([]byte{'%', hex[c>>4], hex[c&15]})
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// scopeOf returns the scope of limit i: scopes[i], or "" without scopes.
+func scopeOf(scopes []string, i int) string {
+	if scopes == nil {
+		return ""
+	}
+	return scopes[i]
+}
+
+// checkLimits reports whether limits, each in its scope (scopes may be
+// nil: all ""), can be decided together: 1 to bridge.MaxLimits valid
+// limits, no two of which would share state. Errors wrap ErrInvalidLimit.
+func checkLimits(scopes []string, limits []Limit) error {
+	if len(limits) == 0 || len(limits) > bridge.MaxLimits {
+		return fmt.Errorf("%w: %d limits in one decision; want 1 to %d", ErrInvalidLimit, len(limits), bridge.MaxLimits)
+	}
+	if scopes != nil && len(scopes) != len(limits) {
+		return fmt.Errorf("redlimit: %d scopes for %d limits", len(scopes), len(limits))
+	}
+	var buf [bridge.MaxLimits]*limitInfo
+	for i, l := range limits {
+		info, err := infos.get(l)
+		if err != nil {
+			return err
+		}
+		buf[i] = info
+		for j := range i {
+			if buf[j].state == info.state && scopeOf(scopes, j) == scopeOf(scopes, i) {
+				return errSharedState(limits[j], l)
+			}
+		}
+	}
+	return nil
+}
+
+func errSharedState(a, b Limit) error {
+	return fmt.Errorf("%w: %v and %v on one key would share state; give them different periods or algorithms (or scopes)",
+		ErrInvalidLimit, a, b)
+}
+
+// maxCachedLimits bounds the limits whose checks and arguments are kept.
+const maxCachedLimits = 1024
+
+// infos keeps the limitInfo of the limits the process has seen, so a
+// decision neither validates its limits again nor allocates to pass their
+// arguments. Most programs use a handful of limits; past maxCachedLimits,
+// limits are worked out per call.
+var infos limitCache
+
+type limitCache struct {
+	mu sync.RWMutex
+	m  map[Limit]*limitInfo
+}
+
+// get returns the limitInfo of l, or the error that makes l invalid.
+func (c *limitCache) get(l Limit) (*limitInfo, error) {
+	c.mu.RLock()
+	info, ok := c.m[l]
+	c.mu.RUnlock()
+	if ok {
+		return info, nil
+	}
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	d := l.descriptor()
+	argv, n := d.args(l)
+	period := formatPeriod(l.Period, keyUnits)
+	if c := period[0]; c < '0' || c > '9' {
+		period = "1" + period // keys always write the count: "1m"
+	}
+	info = &limitInfo{d: d, capacity: l.Capacity(), period: period,
+		state: ":" + d.suffix + ":" + period, args: make([]any, 1+n)}
+	info.args[0] = d.name
+	for i := range n {
+		info.args[1+i] = argv[i]
+	}
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[Limit]*limitInfo)
+	}
+	if len(c.m) < maxCachedLimits {
+		c.m[l] = info
+	}
+	c.mu.Unlock()
+	return info, nil
+}

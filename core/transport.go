@@ -1,0 +1,307 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// transport sends the script calls of one round trip and reads their
+// replies: one place for how calls are laid out (plan), sent (exec) and
+// sent again (exchange).
+//
+// Every command is sent at most once: go-redis retries commands after
+// network errors, which would run a decision twice if the first run's
+// reply was lost, so each command says NoRetry. The one retry is NOSCRIPT
+// (the server does not have the script; it did not run): the call is sent
+// again with EVAL and the script's source.
+type transport struct {
+	rdb     redis.Scripter
+	process func(context.Context, redis.Cmder) error // nil for a bare redis.Scripter
+	pipe    func() redis.Pipeliner                   // nil when rdb cannot pipeline
+	bounded bool                                     // go-redis bounds rdb's commands by their context's deadline
+	mode    atomic.Int32                             // how plan lays out a round trip: planEach, planOne or planByTag
+	log     *slog.Logger
+}
+
+// The layouts of a round trip; see plan.
+const (
+	planEach  int32 = iota // every call a script call of its own
+	planOne                // all calls as one call of the batch script
+	planByTag              // the calls of one hash tag as one call of the batch script
+)
+
+func (tr *transport) init(rdb redis.Scripter, batch int, batchScript bool, log *slog.Logger) {
+	tr.rdb, tr.log = rdb, log
+	if p, ok := rdb.(interface {
+		Process(context.Context, redis.Cmder) error
+	}); ok {
+		tr.process = p.Process
+		tr.bounded = contextBounded(rdb)
+	}
+	if p, ok := rdb.(interface{ Pipeline() redis.Pipeliner }); ok && batch > 1 && tr.process != nil {
+		tr.pipe = p.Pipeline
+	}
+	if batchScript && tr.pipe != nil {
+		switch rdb.(type) {
+		case *redis.Client:
+			tr.mode.Store(planOne)
+		case *redis.ClusterClient, *redis.Ring:
+			tr.mode.Store(planByTag)
+		}
+	}
+}
+
+// contextBounded reports whether go-redis bounds rdb's commands by their
+// context's deadline (ContextTimeoutEnabled); otherwise only its own
+// socket timeouts bound them.
+func contextBounded(rdb redis.Scripter) bool {
+	switch c := rdb.(type) {
+	case interface{ Options() *redis.Options }: // Client, and Sentinel's failover client
+		return c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.ClusterOptions }:
+		return c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.RingOptions }:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// trip is the work space of one round trip: a sender's, reused for each
+// of its round trips, or a direct caller's, pooled.
+type trip struct {
+	one   [1]*call        // a direct caller's call
+	pipe  redis.Pipeliner // made at the first pipeline
+	units []unit
+	todo  []*unit
+	cmds  []redis.Cmder
+	args  []any // the batch script calls' arguments
+}
+
+// unit is one script call of a round trip: one decision's own call, or
+// several decisions' as one call of batchScript.
+type unit struct {
+	calls  []*call
+	args   []any // EVALSHA's, then EVAL's after NOSCRIPT
+	script *script
+	reply  []int64
+	err    error
+}
+
+func (u *unit) batched() bool { return u.script == batchScript }
+
+// run sends calls to Redis in one round trip and stores each unit's reply
+// or error in t.units.
+func (t *trip) run(ctx context.Context, tr *transport, calls []*call) {
+	t.units = tr.plan(t, calls)
+	tr.exchange(ctx, t)
+	if u := &t.units[0]; u.batched() && refused(u.err, "CROSSSLOT") && tr.mode.CompareAndSwap(planOne, planEach) {
+		// The keys are not on one server (a cluster or a sharding proxy
+		// behind a plain client). The call ran nothing: send each decision
+		// on its own, from now on.
+		tr.log.Warn("redlimit: Redis refused a batch of decisions as CROSSSLOT; sending one script call per decision from now on (WithBatchScript(false) says so from the start)",
+			"error", u.err)
+		t.reset()
+		t.units = tr.plan(t, calls)
+		tr.exchange(ctx, t)
+	}
+}
+
+// answer hands each call of the round trip its reply or error.
+func (t *trip) answer() {
+	for i := range t.units {
+		u := &t.units[i]
+		if !u.batched() {
+			u.calls[0].answer(u.reply, u.err)
+			continue
+		}
+		rest := u.reply
+		for _, c := range u.calls {
+			if u.err != nil {
+				c.answer(nil, u.err)
+				continue
+			}
+			reply, r, err := nextReply(rest, c.args[2].(int))
+			rest = r
+			c.answer(reply, err)
+		}
+	}
+}
+
+// reset drops the round trip's references to calls, keys and replies.
+func (t *trip) reset() {
+	clear(t.units)
+	t.units = t.units[:0]
+	clear(t.args)
+	t.args = t.args[:0]
+}
+
+// plan lays calls out as the script calls (units) of one round trip:
+//
+//   - To a single server (a *redis.Client: standalone, or Sentinel's
+//     failover client), all of them as one call of the batch script, which
+//     makes each decision in turn, each atomic and independent: the server
+//     then pays its per-call cost (parsing, finding the script, setting up
+//     KEYS and ARGV, reading the clock) once per round trip.
+//   - On a Cluster or Ring, the calls whose keys share a hash tag (one key
+//     decided by many requests at once) as one call of the batch script per
+//     tag, since their keys are in one slot; the others one call each.
+//     go-redis sends them as one pipeline per node.
+//   - Otherwise every call on its own: WithBatchScript(false) (a proxy that
+//     routes a script by its first key would run a batch of many keys on one
+//     shard), a client that cannot pipeline, or after a single server
+//     refused a batch as CROSSSLOT (a cluster behind one address).
+func (tr *transport) plan(t *trip, calls []*call) []unit {
+	units := t.units[:0]
+	switch mode := tr.mode.Load(); {
+	case len(calls) > 1 && mode == planOne:
+		return append(units, t.batchUnit(calls))
+	case len(calls) > 1 && mode == planByTag:
+		slices.SortFunc(calls, func(a, b *call) int { return strings.Compare(a.tag(), b.tag()) })
+		for len(calls) > 0 {
+			n := 1
+			for n < len(calls) && calls[n].tag() == calls[0].tag() {
+				n++
+			}
+			if n == 1 {
+				units = append(units, unit{calls: calls[:1], args: calls[0].args, script: calls[0].script})
+			} else {
+				units = append(units, t.batchUnit(calls[:n]))
+			}
+			calls = calls[n:]
+		}
+		return units
+	}
+	for i, c := range calls {
+		units = append(units, unit{calls: calls[i : i+1], args: c.args, script: c.script})
+	}
+	return units
+}
+
+// tag returns the hash tag of the call's keys, which all share it.
+func (c *call) tag() string {
+	key := c.args[3].(string)
+	i := strings.IndexByte(key, '{')
+	j := strings.IndexByte(key[i+1:], '}')
+	return key[i+1 : i+1+j]
+}
+
+// batchUnit lays calls out as one call of batchScript (lua/batch.lua),
+// its arguments in the trip's buffer.
+func (t *trip) batchUnit(calls []*call) unit {
+	keys := 0
+	for _, c := range calls {
+		keys += c.args[2].(int)
+	}
+	start := len(t.args)
+	t.args = append(t.args, "evalsha", batchScript.shaArg, keys)
+	for _, c := range calls { // KEYS: every decision's
+		t.args = append(t.args, c.args[3:3+c.args[2].(int)]...)
+	}
+	for _, c := range calls { // ARGV: per decision, its KEYS and ARGV counts, its ARGV
+		n := c.args[2].(int)
+		argv := c.args[3+n:]
+		t.args = append(append(t.args, n, len(argv)), argv...)
+	}
+	// A full slice expression: a later unit's append must not grow this one.
+	return unit{calls: calls, args: t.args[start:len(t.args):len(t.args)], script: batchScript}
+}
+
+// exchange sends t's units in one round trip, then once more, with the
+// script's source, those the server refused as NOSCRIPT (they did not
+// run): the one retry.
+func (tr *transport) exchange(ctx context.Context, t *trip) {
+	t.todo = t.todo[:0]
+	for i := range t.units {
+		t.todo = append(t.todo, &t.units[i])
+	}
+	tr.exec(ctx, t, t.todo)
+	t.todo = slices.DeleteFunc(t.todo, func(u *unit) bool { return !refused(u.err, "NOSCRIPT") })
+	for _, u := range t.todo {
+		u.args[0], u.args[1] = "eval", u.script.srcArg
+	}
+	tr.exec(ctx, t, t.todo)
+	clear(t.todo)
+}
+
+// once marks a command as one go-redis must never send twice.
+type once struct{ *redis.IntSliceCmd }
+
+// NoRetry tells go-redis not to resend the command, or the pipeline that
+// holds it, after an error: the script may have run.
+func (once) NoRetry() bool { return true }
+
+// exec sends units in one round trip, as one pipeline when there are
+// several, and stores each one's reply or error.
+func (tr *transport) exec(ctx context.Context, t *trip, units []*unit) {
+	switch {
+	case tr.process == nil:
+		for _, u := range units {
+			u.reply, u.err = tr.eval(ctx, u)
+		}
+		return
+	case len(units) == 1 || tr.pipe == nil:
+		for _, u := range units {
+			cmd := redis.NewIntSliceCmd(ctx, u.args...)
+			_ = tr.process(ctx, once{cmd})
+			u.reply, u.err = cmd.Val(), cmd.Err()
+		}
+		return
+	}
+	if t.pipe == nil {
+		t.pipe = tr.pipe()
+	}
+	t.cmds = t.cmds[:0]
+	for _, u := range units {
+		t.cmds = append(t.cmds, once{redis.NewIntSliceCmd(ctx, u.args...)})
+	}
+	_ = t.pipe.BatchProcess(ctx, t.cmds...)
+	_, _ = t.pipe.Exec(ctx) // each command carries its own error
+	for i, u := range units {
+		cmd := t.cmds[i].(once)
+		u.reply, u.err = cmd.Val(), cmd.Err()
+	}
+	clear(t.cmds)
+}
+
+// eval runs u through the redis.Scripter methods alone, for a client that
+// offers nothing else: one call at a time, with the client's own retries.
+func (tr *transport) eval(ctx context.Context, u *unit) ([]int64, error) {
+	n := u.args[2].(int)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = u.args[3+i].(string)
+	}
+	argv := u.args[3+n:]
+	var cmd *redis.Cmd
+	if u.args[0] == "eval" {
+		cmd = tr.rdb.Eval(ctx, u.script.src, keys, argv...)
+	} else {
+		cmd = tr.rdb.EvalSha(ctx, u.script.sha, keys, argv...)
+	}
+	vals, err := cmd.Slice()
+	if err != nil {
+		return nil, err
+	}
+	reply := make([]int64, len(vals))
+	for i, v := range vals {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("%w: value %d is %T, want an integer", errMalformed, i, v)
+		}
+		reply[i] = n
+	}
+	return reply, nil
+}
+
+// refused reports whether err is Redis's error reply with this code. It
+// does not call redis.HasErrorPrefix for a nil error, which would cost an
+// allocation per decision.
+func refused(err error, code string) bool {
+	return err != nil && redis.HasErrorPrefix(err, code)
+}

@@ -1,0 +1,62 @@
+// Package bridge carries what package core shares with the other redlimit
+// packages but not with its users: a decision whose limits each keep their
+// state in a scope of their own (the HTTP layer's policy names), with every
+// limit's result; the check of such a set of limits; the names of a limit's
+// state; the Limiter's logger; and the in-process fallback of FailLocal.
+//
+// Core fills each variable when it is initialised, which is before any
+// package that imports core runs; each holds a function of the type its
+// comment gives (this package cannot name core's types, since core imports
+// it). Package redlimit asserts them once, in its own package variables, so
+// a mismatch fails every test of that package at once.
+package bridge
+
+// MaxLimits is the most limits one decision may hold.
+const MaxLimits = 16
+
+var (
+	// Decide is
+	//
+	//	func(l *core.Limiter, ctx context.Context, key string, scopes []string,
+	//		limits []core.Limit, n int, each []core.Result) (res core.Result, binding int, err error)
+	//
+	// AllowAll with a scope per limit (scopes[i] for limits[i]; "" is
+	// AllowAll's) that also stores each limit's own result in each (as long
+	// as limits) and returns the binding limit's index.
+	Decide any
+
+	// Check is
+	//
+	//	func(scopes []string, limits []core.Limit) error
+	//
+	// nil if the limits, in their scopes, can be decided together: 1 to
+	// MaxLimits valid limits, no two of which would share state.
+	Check any
+
+	// State is
+	//
+	//	func(l core.Limit) (variant, period string)
+	//
+	// what tells l's state apart from other limits' of one key and scope:
+	// its algorithm's variant ("gcra", "token_bucket:stepped") and its
+	// period as keys write it ("1m", "10s").
+	State any
+
+	// Logger is
+	//
+	//	func(l *core.Limiter) *slog.Logger
+	//
+	// the logger the Limiter was given (core.WithLogger).
+	Logger any
+
+	// Fallback is
+	//
+	//	func(keys int) func(key string, scopes []string, limits []core.Limit,
+	//		n int, each []core.Result) (res core.Result, binding int)
+	//
+	// a new in-process stand-in for Redis, holding at most keys states:
+	// it decides as Decide does, each limit as GCRA with the limit's Rate,
+	// Period and Burst, on the process's clock. It is safe for concurrent
+	// use.
+	Fallback any
+)
