@@ -81,7 +81,7 @@ type quota struct {
 	name     string   // the draft's list member name
 	member   string   // the same, as a structured-field string
 	capacity []string // X-RateLimit-Limit
-	policy   []string // its RateLimit-Policy item
+	policy   string   // its RateLimit-Policy list member
 }
 
 // quotasOf returns the quotas of a policy's limits. The first is named as
@@ -104,7 +104,7 @@ func quotasOf(scope string, limits []core.Limit) []quota {
 		}
 		quotas[i] = quota{scope: scope, limit: l, name: name, member: sfString(name),
 			capacity: []string{strconv.Itoa(l.Capacity())},
-			policy:   []string{policyItem(name, l)},
+			policy:   policyItem(name, l),
 		}
 	}
 	return quotas
@@ -165,12 +165,13 @@ func policyItem(name string, l core.Limit) string {
 
 // headers writes the rate-limit fields of d, decided under quotas with
 // each one's result in each. The X-RateLimit fields describe the binding
-// limit; the draft's list every quota, with t (the seconds until more
-// quota is available) left out where it is 0 on an allowed answer
-// (nothing more to come) or, on a denial, would be later than Retry-After.
-// A policy that answers after another on the same request (nested
-// middleware) adds its members to the draft's lists, and its X-RateLimit
-// fields replace the others' only if it has fewer remaining.
+// limit; the draft's list every quota, in one field line each, with t (the
+// seconds until more quota is available) left out where it is 0 on an
+// allowed answer (nothing more to come) or, on a denial, would be later
+// than Retry-After. A policy that answers after another on the same
+// request (nested middleware) adds its members to the draft's lists, and
+// its X-RateLimit fields replace the others' only if it has fewer
+// remaining.
 func (a *answerer) headers(h http.Header, d *Decision, quotas []quota, each []core.Result) {
 	denied := !d.Result.Allowed
 	if denied {
@@ -195,25 +196,35 @@ func (a *answerer) headers(h http.Header, d *Decision, quotas []quota, each []co
 		if a.pkSecret != nil {
 			pk = a.partitionKey(d.Key)
 		}
-		items := make([]string, len(quotas))
+		var rl, pol strings.Builder
 		for i, q := range quotas {
-			r := each[i]
-			item := q.member + ";r=" + strconv.Itoa(max(0, r.Remaining))
-			if t := seconds(r.NextAfter); t > 0 && (!denied || t <= d.retryAfter) {
-				item += ";t=" + strconv.FormatInt(t, 10)
+			if i > 0 {
+				rl.WriteString(", ")
+				pol.WriteString(", ")
 			}
-			items[i] = item + pk
+			r := each[i]
+			rl.WriteString(q.member)
+			rl.WriteString(";r=")
+			rl.WriteString(strconv.Itoa(max(0, r.Remaining)))
+			if t := seconds(r.NextAfter); t > 0 && (!denied || t <= d.retryAfter) {
+				rl.WriteString(";t=")
+				rl.WriteString(strconv.FormatInt(t, 10))
+			}
+			rl.WriteString(pk)
+			pol.WriteString(q.policy)
 		}
-		_, seen := h[headerRateLimit]
-		h[headerRateLimit] = append(h[headerRateLimit], items...)
-		if len(quotas) == 1 && !seen {
-			h[headerPolicy] = quotas[0].policy
-			return
-		}
-		for _, q := range quotas {
-			h[headerPolicy] = append(h[headerPolicy], q.policy...)
-		}
+		addToList(h, headerRateLimit, rl.String())
+		addToList(h, headerPolicy, pol.String())
 	}
+}
+
+// addToList sets the list field name to members, one field line, after
+// the members a policy that answered first put there.
+func addToList(h http.Header, name, members string) {
+	if prev := h[name]; len(prev) > 0 {
+		members = strings.Join(prev, ", ") + ", " + members
+	}
+	h[name] = []string{members}
 }
 
 // moreRestrictive reports whether h already carries an X-RateLimit-Remaining

@@ -1,12 +1,9 @@
 package redlimit
 
 import (
-	"net/http"
 	"strconv"
 	"sync/atomic"
 	"time"
-
-	"github.com/redlimit/redlimit/core"
 )
 
 // Failure says what a policy does when Redis fails or does not answer
@@ -42,27 +39,6 @@ func (f Failure) String() string {
 		return "fail-local"
 	}
 	return "Failure(" + strconv.Itoa(int(f)) + ")"
-}
-
-// reportError logs a Redis error of r at error level, at most once a
-// second per policy, with how many it left out.
-func (p *policy) reportError(r *http.Request, err error) {
-	if skipped, ok := p.errLog.allow(time.Now()); ok {
-		p.log.ErrorContext(r.Context(), "redlimit: rate limit decision failed", "policy", p.name,
-			"failure", p.failure.String(), "error", err, "errors_not_logged", skipped)
-	}
-}
-
-// reportDryRun logs a request a dry run would have denied: at debug level
-// each, and at info level at most once a second per policy, with how many
-// there were since.
-func (p *policy) reportDryRun(r *http.Request, res core.Result) {
-	p.log.DebugContext(r.Context(), "redlimit: dry run: would deny", "policy", p.name,
-		"limit", res.Limit.String(), "retry_after", res.RetryAfter)
-	if skipped, ok := p.dryLog.allow(time.Now()); ok {
-		p.log.InfoContext(r.Context(), "redlimit: dry run: requests would have been denied", "policy", p.name,
-			"limit", res.Limit.String(), "count", skipped+1)
-	}
 }
 
 // throttle lets one event through per second and counts the rest.

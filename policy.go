@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/redlimit/redlimit/core"
@@ -43,8 +44,9 @@ func NewPolicy(lim *core.Limiter, limit core.Limit, opts ...Option) (Policy, err
 // either answers a request that may not proceed (429, 503 or 400, with the
 // deny handler, a problem or the JSON body) or hands it to next. next
 // serves the request and returns the status it answered with, 0 if it
-// cannot tell. It is what the adapters call; gin's aborts the chain when
-// the returned Decision is not Allowed.
+// cannot tell. It returns the Decision, the zero Decision when no policy
+// applied. It is what the adapters call; gin's aborts the chain when the
+// Decision is not Allowed.
 func Serve(p Policy, w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request) int) Decision {
 	pol := p.policyFor(r)
 	if pol == nil {
@@ -61,21 +63,14 @@ func Serve(p Policy, w http.ResponseWriter, r *http.Request, next func(http.Resp
 }
 
 // policy is one or more limits with everything a request needs to be
-// decided under them. It is built once and only read afterwards.
+// decided under them: its options, checked, and what they are worked out
+// to. It is built once and only read afterwards.
 type policy struct {
+	config
 	lim      *core.Limiter
-	name     string
-	quotas   []quota // what a request is decided under: a rules table's catch-all's, then its own
-	inherits int     // how many of quotas are the catch-all's
-	pick     func(*http.Request) ([]core.Limit, error)
-	key      keyfunc.Func
-	cost     int
-	skip     func(*http.Request) bool
-	observe  func(*http.Request, Decision)
-	failure  Failure
+	quotas   []quota  // what a request is decided under: a rules table's catch-all's, then its own
+	inherits int      // how many of quotas are the catch-all's
 	local    fallback // FailLocal's; nil otherwise
-	dryRun   bool
-	answer   answerer
 	log      *slog.Logger
 	errLog   throttle
 	dryLog   throttle
@@ -118,7 +113,7 @@ func (c *config) policy(lim *core.Limiter, limits []core.Limit) (*policy, error)
 	case c.failure < FailOpen || c.failure > FailLocal:
 		return nil, fmt.Errorf("redlimit: unknown failure policy %v", c.failure)
 	case len(name) > maxNameLen:
-		return nil, fmt.Errorf("redlimit: policy name of %d bytes is longer than %d", len(name), maxNameLen)
+		return nil, fmt.Errorf("redlimit: policy name of %d bytes is longer than %d (name the policy with WithName)", len(name), maxNameLen)
 	}
 	for i := 0; i < len(name); i++ {
 		if b := name[i]; b < 0x20 || b > 0x7e {
@@ -128,8 +123,8 @@ func (c *config) policy(lim *core.Limiter, limits []core.Limit) (*policy, error)
 	if err := c.answer.check(); err != nil {
 		return nil, err
 	}
-	p := &policy{lim: lim, name: name, quotas: quotasOf(name, limits), pick: c.pick, key: c.key, cost: c.cost,
-		skip: c.skip, observe: c.observe, failure: c.failure, dryRun: c.dryRun, answer: c.answer, log: limiterLog(lim)}
+	p := &policy{config: *c, lim: lim, quotas: quotasOf(name, limits), log: limiterLog(lim)}
+	p.name, p.also = name, nil
 	if p.log == nil { // the zero Limiter
 		p.log = slog.Default()
 	}
@@ -154,11 +149,13 @@ func (p *policy) decide(w http.ResponseWriter, r *http.Request) Decision {
 	if p.observe != nil {
 		start = time.Now()
 	}
-	var each [bridge.MaxLimits]core.Result
-	d, quotas := p.verdict(r, each[:])
+	s := scratches.Get().(*scratch)
+	d, quotas := p.verdict(r, s)
 	if quotas != nil {
-		p.answer.headers(w.Header(), &d, quotas, each[:len(quotas)])
+		p.answer.headers(w.Header(), &d, quotas, s.each[:len(quotas)])
 	}
+	s.reset()
+	scratches.Put(s)
 	if d.Allowed() && d.Result.Delay > 0 {
 		if err := sleep(r.Context(), d.Result.Delay); err != nil {
 			d.Outcome, d.Status, d.Err = OutcomeError, http.StatusServiceUnavailable, err
@@ -171,11 +168,32 @@ func (p *policy) decide(w http.ResponseWriter, r *http.Request) Decision {
 	return d
 }
 
+// scratch is what a decision of a request is worked out in: the limits
+// and their scopes as core takes them, and every limit's result. Pooled:
+// the arrays would not stay on the stack, since core is reached through a
+// function value (package bridge), which escape analysis cannot follow.
+type scratch struct {
+	n      int // how many of each array are used
+	scopes [bridge.MaxLimits]string
+	limits [bridge.MaxLimits]core.Limit
+	each   [bridge.MaxLimits]core.Result
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// reset drops the references the arrays hold.
+func (s *scratch) reset() {
+	clear(s.scopes[:s.n])
+	clear(s.limits[:s.n])
+	clear(s.each[:s.n])
+	s.n = 0
+}
+
 // verdict decides r: skip, key, limits, one decision on Redis (the
 // fallback's when Redis fails under FailLocal), and what that means for
-// the request. It fills each with every limit's result and returns the
+// the request. It leaves every limit's result in s.each and returns the
 // quotas the headers describe, nil when they should say nothing.
-func (p *policy) verdict(r *http.Request, each []core.Result) (Decision, []quota) {
+func (p *policy) verdict(r *http.Request, s *scratch) (Decision, []quota) {
 	d := Decision{Policy: p.name}
 	if p.skip != nil && p.skip(r) {
 		d.Outcome = OutcomeSkipped
@@ -191,9 +209,8 @@ func (p *policy) verdict(r *http.Request, each []core.Result) (Decision, []quota
 		return p.invalid(d, err), nil
 	}
 
-	var scopeBuf [bridge.MaxLimits]string
-	var limitBuf [bridge.MaxLimits]core.Limit
-	scopes, limits, each := scopeBuf[:len(quotas)], limitBuf[:len(quotas)], each[:len(quotas)]
+	s.n = len(quotas)
+	scopes, limits, each := s.scopes[:s.n], s.limits[:s.n], s.each[:s.n]
 	for i, q := range quotas {
 		scopes[i], limits[i] = q.scope, q.limit
 	}
@@ -272,6 +289,27 @@ func (p *policy) requestQuotas(r *http.Request) ([]quota, error) {
 		return nil, fmt.Errorf("%w: the request picked %d limits; at most %d", core.ErrInvalidLimit, len(limits), bridge.MaxLimits-p.inherits)
 	}
 	return append(p.quotas[:p.inherits:p.inherits], quotasOf(p.name, limits)...), nil
+}
+
+// reportError logs a Redis error of r at error level, at most once a
+// second per policy, with how many it left out.
+func (p *policy) reportError(r *http.Request, err error) {
+	if skipped, ok := p.errLog.allow(time.Now()); ok {
+		p.log.ErrorContext(r.Context(), "redlimit: rate limit decision failed", "policy", p.name,
+			"failure", p.failure.String(), "error", err, "errors_not_logged", skipped)
+	}
+}
+
+// reportDryRun logs a request a dry run would have denied: at debug level
+// each, and at info level at most once a second per policy, with how many
+// there were since.
+func (p *policy) reportDryRun(r *http.Request, res core.Result) {
+	p.log.DebugContext(r.Context(), "redlimit: dry run: would deny", "policy", p.name,
+		"limit", res.Limit.String(), "retry_after", res.RetryAfter)
+	if skipped, ok := p.dryLog.allow(time.Now()); ok {
+		p.log.InfoContext(r.Context(), "redlimit: dry run: requests would have been denied", "policy", p.name,
+			"limit", res.Limit.String(), "count", skipped+1)
+	}
 }
 
 // isInputError reports an error of the request's own making, which no

@@ -51,7 +51,7 @@ func (l *Limiter) decide(ctx context.Context, id string, scopes []string, limits
 	if l.deny != nil && !d.never {
 		cacheID = d.cacheID()
 		var ok bool
-		if ok, refresh = l.deny.get(cacheID, &d, now, results); ok {
+		if ok, refresh = l.deny.get(cacheID, d.keys[:len(limits)], limits, n, now, results); ok {
 			res, i := binding(results)
 			res.Cached = true
 			return res, i, nil
@@ -71,7 +71,7 @@ func (l *Limiter) decide(ctx context.Context, id string, scopes []string, limits
 	res, i := binding(results)
 	switch {
 	case !res.Allowed && l.deny != nil && !d.never:
-		l.deny.add(cacheID, &d, now, seq, results)
+		l.deny.add(cacheID, d.keys[:len(limits)], limits, n, now, seq, results)
 	case refresh: // allowed after all: another process reset or raised a limit
 		l.deny.forget(cacheID)
 	}
@@ -172,30 +172,6 @@ func (l *Limiter) run(ctx context.Context, c *call) ([]int64, error) {
 		l.breaker.failure(time.Now(), probe, err)
 	}
 	return reply, err
-}
-
-// binding returns the result of a decision of several limits from each
-// limit's own result, and its index: the denying limit's with the longest
-// RetryAfter, or, when all allow, the one with the fewest Remaining (the
-// first of equals); with the longest ResetAfter of all, and the longest
-// Delay when allowed. results must not be empty.
-func binding(results []Result) (Result, int) {
-	b, reset, delay := 0, results[0].ResetAfter, results[0].Delay
-	for i, r := range results[1:] {
-		best := results[b]
-		if best.Allowed && !r.Allowed ||
-			!best.Allowed && !r.Allowed && r.RetryAfter > best.RetryAfter ||
-			best.Allowed && r.Allowed && r.Remaining < best.Remaining {
-			b = i + 1
-		}
-		reset, delay = max(reset, r.ResetAfter), max(delay, r.Delay)
-	}
-	res := results[b]
-	res.ResetAfter, res.Delay = reset, delay
-	if !res.Allowed {
-		res.Delay = 0
-	}
-	return res, b
 }
 
 // now reads the Limiter's clock: WithClock's, in the whole microseconds the

@@ -85,9 +85,9 @@ func newDenyCache(keys int, maxAge time.Duration) *denyCache {
 // sent returns the sequence number a decision sent now records.
 func (c *denyCache) sent() uint64 { return c.seq.Load() }
 
-// get answers the decision d at now into results (one per limit) if
-// Redis denied it, at costs no higher, moments ago and the denial still
-// holds. RetryAfter counts down to the denied costs' instants, so for
+// get answers the decision of n events under limits, whose states are
+// keys, at now into results (one per limit) if Redis denied it, at costs no
+// higher, moments ago and the denial still holds. RetryAfter counts down to the denied costs' instants, so for
 // higher costs it is a lower bound.
 //
 // Once an entry is older than maxAge, one caller is sent to Redis to
@@ -95,13 +95,13 @@ func (c *denyCache) sent() uint64 { return c.seq.Load() }
 // most another maxAge: a flood on a denied key sends Redis one decision
 // per maxAge, not a burst of every waiting caller. From the entry's
 // retryAt on, every caller asks.
-func (c *denyCache) get(id string, d *decision, now time.Time, results []Result) (ok, refresh bool) {
+func (c *denyCache) get(id string, keys []string, limits []Limit, n int, now time.Time, results []Result) (ok, refresh bool) {
 	e, found := c.entries.Peek(id)
-	if !found || !now.Before(e.retryAt) || len(e.terms) != len(d.limits) || !c.fresh(e) {
+	if !found || !now.Before(e.retryAt) || len(e.terms) != len(limits) || !c.fresh(e) {
 		return false, false
 	}
 	for i, t := range e.terms {
-		if d.keys[i] != e.keys[i] || d.limits[i] != t.limit || d.n < t.cost {
+		if keys[i] != e.keys[i] || limits[i] != t.limit || n < t.cost {
 			return false, false
 		}
 	}
@@ -139,11 +139,12 @@ func (c *denyCache) fresh(e *denial) bool {
 	return true
 }
 
-// add remembers that Redis denied the decision d, sent at `sent` (the
-// Limiter's clock, read before the request left, so no later than Redis's)
-// after reset number seq, with results.
-func (c *denyCache) add(id string, d *decision, sent time.Time, seq uint64, results []Result) {
-	e := &denial{seq: seq, keys: append([]string(nil), d.keys[:len(d.limits)]...), terms: make([]deniedTerm, len(d.limits)),
+// add remembers that Redis denied the decision of n events under limits,
+// whose states are keys, sent at `sent` (the Limiter's clock, read before
+// the request left, so no later than Redis's) after reset number seq,
+// with results.
+func (c *denyCache) add(id string, keys []string, limits []Limit, n int, sent time.Time, seq uint64, results []Result) {
+	e := &denial{seq: seq, keys: append([]string(nil), keys...), terms: make([]deniedTerm, len(limits)),
 		retryAt: sent.Add(InfDuration / 2)}
 	for i, r := range results {
 		if !r.Allowed {
@@ -152,7 +153,7 @@ func (c *denyCache) add(id string, d *decision, sent time.Time, seq uint64, resu
 			}
 			e.retryAt = minTime(e.retryAt, sent.Add(r.RetryAfter))
 		}
-		e.terms[i] = deniedTerm{limit: d.limits[i], cost: d.n, allowed: r.Allowed,
+		e.terms[i] = deniedTerm{limit: limits[i], cost: n, allowed: r.Allowed,
 			remaining: r.Remaining, retryAt: sent.Add(r.RetryAfter), resetAt: sent.Add(r.ResetAfter),
 			nextAt: sent.Add(r.NextAfter)}
 	}

@@ -8,11 +8,6 @@ import (
 	"time"
 )
 
-// ErrInvalidLimit is wrapped by every error that reports a Limit that cannot
-// be enforced: from Limit.Validate, ParseLimit, ParseLimits, and Limiter
-// calls given such a limit. Test for it with errors.Is.
-var ErrInvalidLimit = errors.New("redlimit: invalid limit")
-
 // Algorithm names a rate-limiting algorithm. It is also part of the Redis key,
 // so switching a limit's algorithm starts from fresh state.
 type Algorithm string

@@ -2,77 +2,18 @@ package core
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"math"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrInvalidKey is wrapped by the error a Limiter returns for a key it will
-// not store: empty, or longer than 1024 bytes (hash longer identities
-// first; the HTTP layer does).
-var ErrInvalidKey = errors.New("redlimit: invalid key")
-
-// ErrInvalidCost is wrapped by the error of a negative cost, and by the
-// error WaitN returns at once for a cost above the limit's burst, which no
-// wait can admit.
-var ErrInvalidCost = errors.New("redlimit: invalid cost")
-
-// ErrTimeout is wrapped by the error of a decision that got no answer from
-// Redis within the Limiter's timeout (WithTimeout). That error wraps
-// context.DeadlineExceeded too. The decision may still reach Redis and
-// count.
-var ErrTimeout = errors.New("redlimit: no answer from Redis in time")
-
-// ErrUnavailable is wrapped by the error of a decision answered at once,
-// without asking Redis, because Redis keeps failing (the breaker is open;
-// see WithBreaker) or because too many decisions already wait for it. It
-// is retried soon: one decision in a while tests whether Redis is back.
-var ErrUnavailable = errors.New("redlimit: Redis unavailable")
-
 // DefaultTimeout bounds each decision unless WithTimeout says otherwise.
 const DefaultTimeout = 100 * time.Millisecond
 
-// InfDuration is the RetryAfter of a request that can never be allowed: one
-// whose cost exceeds the limit's burst.
-const InfDuration = time.Duration(math.MaxInt64)
-
 // maxKeyLen is the longest key, in bytes, a Limiter accepts.
 const maxKeyLen = 1024
-
-// Result is the outcome of one decision.
-type Result struct {
-	// Limit is the limit the decision was made under.
-	Limit Limit
-	// Allowed reports whether the events were admitted (and counted).
-	Allowed bool
-	// Remaining is how many more single events would be allowed right now.
-	Remaining int
-	// RetryAfter is 0 when Allowed. Otherwise a retry of the same cost after
-	// RetryAfter is allowed, absent other traffic on the key; InfDuration
-	// when the cost exceeds the burst and can never be allowed.
-	RetryAfter time.Duration
-	// ResetAfter is the time until the key is back to its full allowance,
-	// absent other traffic; 0 when it is full now.
-	ResetAfter time.Duration
-	// NextAfter is the time until one more event is allowed (Remaining
-	// grows by one), absent other traffic; 0 when Remaining is already the
-	// limit's capacity. It is at most ResetAfter, and when denied at most
-	// RetryAfter: what the IETF draft's RateLimit field calls the time until
-	// additional quota is available.
-	NextAfter time.Duration
-	// Delay is how long an allowed event must wait before it is served: its
-	// place in the queue of a LeakyBucket with Shape; 0 for every other
-	// limit, for denied events and for n = 0.
-	Delay time.Duration
-	// Cached reports a denial answered by the Limiter's deny cache, without
-	// asking Redis (see WithDenyCache): RetryAfter and ResetAfter count down
-	// from Redis's answer, and Remaining is what Redis said then.
-	Cached bool
-}
 
 // Limiter makes rate-limit decisions, each one atomic Lua script on Redis.
 //

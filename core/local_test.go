@@ -1,6 +1,8 @@
 package core_test
 
 import (
+	"context"
+	"fmt"
 	"runtime"
 	"strconv"
 	"testing"
@@ -108,5 +110,36 @@ func TestLocalLimiterKeepsDeniedKeys(t *testing.T) {
 			t.Fatalf("after %d new keys the abuser was allowed again: its state was forgotten", i)
 		}
 		l.Allow("ip:"+strconv.Itoa(i), scopes, limits, 1, each)
+	}
+}
+
+// TestLocalMatchesRedis: FailLocal's fallback decides GCRA limits exactly
+// as the script on Redis does, one limit or several, all or nothing, a
+// cost above the burst included: the same Go arithmetic (gcra) as
+// lua/gcra.lua.
+func TestLocalMatchesRedis(t *testing.T) {
+	t.Parallel()
+	lim, _, clock := miniLimiter(t, core.WithDenyCache(0))
+	local := core.NewLocal(100, clock.Now)
+	limits := []core.Limit{{Rate: 3, Period: time.Second, Burst: 5}, {Rate: 7, Period: time.Minute}}
+	steps := []struct {
+		advance time.Duration
+		n       int
+	}{{0, 1}, {0, 2}, {0, 2}, {0, 1}, {100 * time.Millisecond, 1}, {400 * time.Millisecond, 0},
+		{0, 6}, {time.Second, 3}, {0, 1}, {10 * time.Second, 2}, {0, 2}, {time.Minute, 5}}
+	for _, only := range [][]core.Limit{limits[:1], limits} {
+		for i, s := range steps {
+			clock.Advance(s.advance)
+			key := fmt.Sprintf("k%d", len(only))
+			each := make([]core.Result, len(only))
+			got, _ := local.Allow(key, nil, only, s.n, each)
+			want, err := lim.AllowAll(context.Background(), key, only, s.n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Fatalf("%d limits, step %d (n=%d): the fallback says %+v, Redis %+v", len(only), i, s.n, got, want)
+			}
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -70,6 +71,57 @@ func contextBounded(rdb redis.Scripter) bool {
 		return c.Options().ContextTimeoutEnabled
 	}
 	return false
+}
+
+// call is one script run: the Limiter fills it, the engine runs it, done
+// carries the answer back. Calls are pooled, with their argument lists.
+type call struct {
+	script *script
+	args   []any // EVALSHA|EVAL, sha|source, numkeys, KEYS..., ARGV...
+
+	reply []int64
+	err   error
+	done  chan struct{} // receives once the answer is in
+	state atomic.Int32  // waiting, answered or abandoned
+}
+
+const (
+	waiting int32 = iota
+	answered
+	abandoned // the caller left; whoever sees this last recycles the call
+)
+
+var calls = sync.Pool{New: func() any {
+	return &call{done: make(chan struct{}, 1), args: make([]any, 0, 16)}
+}}
+
+// newCall returns a call of s with keys KEYS to come: the caller appends
+// them to args, then the ARGV.
+func newCall(s *script, keys int) *call {
+	c := calls.Get().(*call)
+	c.script = s
+	c.args = append(c.args[:0], "evalsha", s.shaArg, keys)
+	return c
+}
+
+// recycle returns the call to the pool. Only its last owner calls it.
+func (c *call) recycle() {
+	clear(c.args) // drop references to the key and the script
+	c.args = c.args[:0]
+	c.script, c.reply, c.err = nil, nil, nil
+	c.state.Store(waiting)
+	calls.Put(c)
+}
+
+// answer hands the result to the caller, or recycles the call if the
+// caller has left.
+func (c *call) answer(reply []int64, err error) {
+	c.reply, c.err = reply, err
+	if c.state.CompareAndSwap(waiting, answered) {
+		c.done <- struct{}{}
+		return
+	}
+	c.recycle()
 }
 
 // trip is the work space of one round trip: a sender's, reused for each

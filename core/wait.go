@@ -25,50 +25,20 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) error {
 }
 
 // WaitN blocks until n events for key are admitted under limit, or ctx
-// ends, or n can never be admitted. It is for workers and outgoing calls
-// that must share one rate across processes: every Limiter, in every
-// process, that waits on the same key under the same limit through one
-// Redis shares the limit's rate. It returns nil once the n events are
-// admitted and counted. It is safe for concurrent use by multiple
-// goroutines, as every Limiter method is.
+// ends, or n can never be admitted: for workers and outgoing calls that
+// share one rate across processes. Each try is one decision; after a
+// denial it sleeps RetryAfter (at least 1 ms, plus a random eighth, at
+// most 50 ms more) and tries again, so waiters are not queued and each
+// admitted event costs about one decision per waiter. After a shaping
+// LeakyBucket admits the events, it sleeps their Delay before returning.
 //
-// Each try is one decision, as AllowN makes it: one round trip to Redis,
-// or an answer from the deny cache (WithDenyCache), whose RetryAfter counts
-// down to the instant Redis named, so a waiter wakes exactly then rather
-// than asking again early. After a denial WaitN sleeps RetryAfter and tries
-// again. It never wakes before RetryAfter, only later: the pause is at
-// least 1 ms (so a RetryAfter of 0 cannot make it spin), plus a random
-// extra of up to an eighth of the pause, and at most 50 ms, so that
-// waiters denied together, in one process or many, do not all ask again
-// at the same instant, and which of them gets the next event depends less
-// on which is closest to Redis. Waiters are not queued: each tries
-// on its own, so under contention each admitted event costs about one
-// decision per waiter, and the order of admission is not the order of
-// arrival. A shaping LeakyBucket (Limit.Shape) queues instead: each
-// waiter is admitted at its first try, with its place in the queue.
-//
-// When the admitting Result has a Delay (a shaping LeakyBucket), WaitN
-// also sleeps Delay before it returns, so that the caller's events happen
-// at their place in the queue, Period/Rate apart.
-//
-// No goroutine is started per wait; a sleep is a timer, stopped when
-// WaitN returns. Sleeps are in real time, also under WithClock, whose
-// clock must then move in real time for waiters to progress.
-//
-// Errors. An invalid key, an invalid limit or a negative n is the error
-// AllowN returns, at once (ErrInvalidKey, ErrInvalidLimit, ErrInvalidCost).
-// An n above the limit's burst (Limit.Capacity) can never be admitted:
-// the error wraps ErrInvalidCost, at once, and nothing is sent to Redis.
-// n = 0 returns nil without asking Redis. A decision that fails (Redis
-// errors, ErrTimeout, ErrUnavailable) ends the wait with AllowN's error:
-// WaitN does not retry, so the caller decides whether to fail or go on.
-// Once ctx has ended, before or during a try or a sleep, WaitN returns
-// ctx.Err() itself. When ctx has a deadline that comes before the next try
-// (or before the end of a shaping Delay), WaitN returns at once, instead
-// of sleeping in vain, an error that wraps context.DeadlineExceeded (and
-// not ErrTimeout, which tells a decision that outlived its timeout). After
-// a shaping limit has admitted the events, they stay counted whatever the
-// error: their place in the queue is taken.
+// It returns nil once the events are admitted; at once, the errors AllowN
+// returns for an invalid key, limit or cost, or an error wrapping
+// ErrInvalidCost for an n above the limit's burst; the error of a failed
+// decision (it does not retry Redis failures); ctx.Err() once ctx ends; or,
+// when ctx's deadline comes before the next try, an error wrapping
+// context.DeadlineExceeded at once. n = 0 returns nil. No goroutine is
+// started. It is safe for concurrent use.
 func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) error {
 	if err := l.checkKey(key); err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
 )
 
 // The environment variables the examples read.
@@ -139,7 +140,8 @@ func Serve(framework string, newApp func(*core.Limiter) http.Handler) {
 		addr = DefaultAddr
 	}
 	fmt.Printf("%s example on http://%s, limits kept in %s\n", framework, addr, where)
-	fmt.Printf("try:\n  curl -i http://%s/hello\n  for i in 1 2 3 4; do curl -i -X POST http://%s/login; done\n", addr, addr)
+	fmt.Printf("try:\n  curl -i http://%s/hello\n  for i in 1 2 3 4 5 6; do curl -i -X POST http://%s/login; done\n"+
+		"  curl -i -H 'Authorization: Bearer alice' http://%s/api/orders\n", addr, addr, addr)
 	log.Fatal(http.ListenAndServe(addr, newApp(core.New(rdb))))
 }
 
@@ -181,46 +183,84 @@ func CheckHelp(t *testing.T, want ...string) {
 	}
 }
 
-// Check is the examples' test: /hello answers with rate-limit headers and
-// is denied past 10 a second, and the fourth login attempt within a minute
-// is refused with Retry-After.
+// Check is the examples' test, on an embedded Redis and on a real one
+// (internal/redistest): what the README's quick start promises of the app
+// every example builds. The clock stands still, so that a slow run under
+// -race refills nothing.
 func Check(t *testing.T, newApp func(*core.Limiter) http.Handler) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		check(t, newApp, redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}))
+	})
+	t.Run("redis-server", func(t *testing.T) {
+		t.Parallel()
+		check(t, newApp, redistest.Standalone(t).Client(t))
+	})
+}
+
+func check(t *testing.T, newApp func(*core.Limiter) http.Handler, rdb *redis.Client) {
 	t.Cleanup(func() { rdb.Close() })
-	// Generous: tests run in parallel, under -race, on small machines; and
-	// on a clock that stands still, so that a slow run refills nothing
-	// (10/s gives one back every 100 ms).
 	still := time.Now()
 	app := newApp(core.New(rdb, core.WithTimeout(10*time.Second), core.WithClock(func() time.Time { return still })))
-	send := func(method, path string) *httptest.ResponseRecorder {
+	send := func(method, path, from string, header ...string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(method, path, nil)
-		if method == http.MethodGet {
-			r.RemoteAddr = "198.51.100.9:4000" // another client than the logins'
+		r.RemoteAddr = from + ":4000"
+		for i := 0; i+1 < len(header); i += 2 {
+			r.Header.Set(header[i], header[i+1])
 		}
 		w := httptest.NewRecorder()
 		app.ServeHTTP(w, r)
 		return w
 	}
-	w := send(http.MethodGet, "/hello")
-	// The binding limit of the two is the one with fewer left: 10/s.
-	if w.Code != http.StatusOK || w.Header().Get("X-RateLimit-Limit") != "10" || w.Header().Get("X-RateLimit-Remaining") != "9" {
-		t.Fatalf("GET /hello: %d %v", w.Code, w.Header())
-	}
-	for i := 0; i < 9; i++ {
-		send(http.MethodGet, "/hello")
-	}
-	// The second's ten are spent.
-	if w := send(http.MethodGet, "/hello"); w.Code != http.StatusTooManyRequests {
-		t.Fatalf("11th GET /hello in a second: %d, want 429", w.Code)
-	}
-	for i := 1; i <= 3; i++ {
-		if w := send(http.MethodPost, "/login"); w.Code != http.StatusOK {
-			t.Fatalf("login %d: %d %s", i, w.Code, w.Body)
+	want := func(what string, w *httptest.ResponseRecorder, status int, header ...string) {
+		t.Helper()
+		if w.Code != status {
+			t.Fatalf("%s: %d %q, want %d", what, w.Code, w.Body, status)
+		}
+		for i := 0; i+1 < len(header); i += 2 {
+			if got := w.Header().Get(header[i]); got != header[i+1] {
+				t.Fatalf("%s: %s %q, want %q (headers %v)", what, header[i], got, header[i+1], w.Header())
+			}
 		}
 	}
-	w = send(http.MethodPost, "/login")
-	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "60" {
-		t.Fatalf("fourth login: %d %v, want 429 with Retry-After 60", w.Code, w.Header())
+
+	// Every request: 20 a second per client address.
+	want("GET /hello", send("GET", "/hello", "198.51.100.9"), http.StatusOK,
+		"X-RateLimit-Limit", "20", "X-RateLimit-Remaining", "19", "X-RateLimit-Reset", "1")
+	for i := 0; i < 19; i++ {
+		send("GET", "/hello", "198.51.100.9")
 	}
+	want("the 21st GET /hello in a second", send("GET", "/hello", "198.51.100.9"), http.StatusTooManyRequests,
+		"Retry-After", "1")
+
+	// Behind the load balancer (10.0.0.0/8), the forwarded address is the
+	// client; anyone else's X-Forwarded-For is not believed.
+	want("the same client through the balancer", send("GET", "/hello", "10.0.0.5", "X-Forwarded-For", "198.51.100.9"),
+		http.StatusTooManyRequests)
+	want("another client through the balancer", send("GET", "/hello", "10.0.0.5", "X-Forwarded-For", "203.0.113.50"),
+		http.StatusOK, "X-RateLimit-Remaining", "19")
+	want("a forged X-Forwarded-For", send("GET", "/hello", "192.0.2.77", "X-Forwarded-For", "198.51.100.9"),
+		http.StatusOK, "X-RateLimit-Remaining", "19")
+
+	// Password guessing: 5 attempts a minute per client.
+	for i := 1; i <= 5; i++ {
+		want("login", send("POST", "/login", "203.0.113.8"), http.StatusOK)
+	}
+	want("the sixth login in a minute", send("POST", "/login", "203.0.113.8"), http.StatusTooManyRequests,
+		"Retry-After", "60")
+
+	// The API: signed in, 10 a second and 5000 a day per user, both
+	// announced.
+	want("the API signed out", send("GET", "/api/orders", "203.0.113.9"), http.StatusUnauthorized)
+	alice := []string{"Authorization", "Bearer alice"}
+	want("the API as alice", send("GET", "/api/orders", "203.0.113.9", alice...), http.StatusOK,
+		"X-RateLimit-Limit", "10", "X-RateLimit-Remaining", "9",
+		"RateLimit", `"api";r=9;t=1, "api-24h";r=4999;t=86400`)
+	for i := 0; i < 9; i++ {
+		send("GET", "/api/orders", "203.0.113.10", alice...) // another address: the limit is alice's
+	}
+	want("alice's 11th in a second", send("GET", "/api/orders", "203.0.113.11", alice...), http.StatusTooManyRequests,
+		"Retry-After", "1", "X-RateLimit-Remaining", "0")
+	want("bob", send("GET", "/api/orders", "203.0.113.11", "Authorization", "Bearer bob"), http.StatusOK,
+		"X-RateLimit-Remaining", "9")
 }

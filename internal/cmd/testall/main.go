@@ -27,6 +27,8 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 )
 
 // missing begins the message of every test that needs redis-server when
@@ -51,6 +53,10 @@ func main() {
 // run runs go test -json with args, reports to stdout and stderr as go
 // test would, and returns go test's exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	// go test's own stderr, the reporter and its heartbeat share stderr.
+	if _, ok := stderr.(*os.File); !ok {
+		stderr = &lockedWriter{w: stderr}
+	}
 	cmd := exec.Command("go", append([]string{"test", "-json"}, args...)...)
 	cmd.Stderr = stderr
 	events, err := cmd.StdoutPipe()
@@ -64,11 +70,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	r := newReporter(stdout, stderr, verbose(args))
 	r.module = modulePath()
+	fmt.Fprintf(stderr, "testall: go test %s: building, then a line per package as it finishes\n", strings.Join(args, " "))
+	stopHeartbeat := r.heartbeat(heartbeatEvery)
 	sc := bufio.NewScanner(events)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	for sc.Scan() {
+		r.mu.Lock()
 		r.line(sc.Bytes())
+		r.mu.Unlock()
 	}
+	stopHeartbeat()
 	if err := sc.Err(); err != nil {
 		fmt.Fprintln(stderr, "testall: reading go test's output:", err)
 		_, _ = io.Copy(io.Discard, events) // let go test finish
@@ -86,6 +97,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// lockedWriter serializes writes to w, for a writer that is not a file
+// (which the operating system serializes).
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // verbose reports whether args ask go test for its whole output: -v, or
@@ -134,6 +158,10 @@ type event struct {
 	Output  string
 }
 
+// heartbeatEvery is how long testall stays silent before it says what is
+// still running.
+const heartbeatEvery = 30 * time.Second
+
 // reporter turns go test -json's events back into go test's own output,
 // and counts what ran.
 type reporter struct {
@@ -141,7 +169,11 @@ type reporter struct {
 	verbose        bool
 	module         string // stripped from package paths in the summary
 
-	pkgs map[string]*pkgState
+	mu       sync.Mutex // held by line and tick, which run on two goroutines
+	pkgs     map[string]*pkgState
+	started  map[string]time.Time // packages whose tests run, since when
+	finished int                  // packages that ended
+	said     time.Time            // when a line was last printed
 
 	passed, failed, skipped int
 	// missingSkipped and missingFailed count, by package, the tests that
@@ -167,6 +199,8 @@ func newReporter(stdout, stderr io.Writer, verbose bool) *reporter {
 	return &reporter{
 		stdout: stdout, stderr: stderr, verbose: verbose,
 		pkgs:           map[string]*pkgState{},
+		started:        map[string]time.Time{},
+		said:           time.Now(),
 		missingSkipped: map[string]int{},
 		missingFailed:  map[string]int{},
 	}
@@ -185,8 +219,12 @@ func (r *reporter) line(b []byte) {
 	switch e.Action {
 	case "build-output":
 		io.WriteString(r.stderr, e.Output)
+		r.said = time.Now()
 		return
-	case "build-fail", "start", "run", "pause", "cont", "bench":
+	case "start":
+		r.started[e.Package] = time.Now()
+		return
+	case "build-fail", "run", "pause", "cont", "bench":
 		return
 	}
 	if e.Package == "" {
@@ -204,6 +242,7 @@ func (r *reporter) line(b []byte) {
 		}
 		if r.verbose {
 			io.WriteString(r.stdout, e.Output)
+			r.said = time.Now()
 			return
 		}
 		p.lines = append(p.lines, outputLine{e.Test, e.Output})
@@ -236,6 +275,9 @@ func (r *reporter) line(b []byte) {
 // pass or skip (without test2json's "=== RUN" framing) and its own lines.
 func (r *reporter) endPackage(name string, p *pkgState, action string) {
 	delete(r.pkgs, name)
+	delete(r.started, name)
+	r.finished++
+	r.said = time.Now()
 	if action == "fail" {
 		r.failedPkgs = append(r.failedPkgs, name)
 	}
@@ -257,6 +299,51 @@ func (r *reporter) endPackage(name string, p *pkgState, action string) {
 			io.WriteString(r.stdout, l.text)
 		}
 	}
+}
+
+// heartbeat calls tick every `every` until the returned function is
+// called, so that a long build or a slow package does not look like a
+// hang.
+func (r *reporter) heartbeat(every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				r.mu.Lock()
+				r.tick(now, every)
+				r.mu.Unlock()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
+	}
+}
+
+// tick says, to stderr, what is still running if nothing was printed for
+// the last `quiet`.
+func (r *reporter) tick(now time.Time, quiet time.Duration) {
+	if now.Sub(r.said) < quiet {
+		return
+	}
+	r.said = now
+	if len(r.started) == 0 {
+		fmt.Fprintf(r.stderr, "testall: %d %s finished; building\n", r.finished, plural(r.finished, "package"))
+		return
+	}
+	var running []string
+	for _, name := range slices.Sorted(maps.Keys(r.started)) {
+		running = append(running, fmt.Sprintf("%s (%v)", r.short(name), now.Sub(r.started[name]).Round(time.Second)))
+	}
+	fmt.Fprintf(r.stderr, "testall: %d %s finished; running %s\n", r.finished, plural(r.finished, "package"), strings.Join(running, ", "))
 }
 
 // finish reports packages that never ended (go test was killed), then what

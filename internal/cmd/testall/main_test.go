@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redlimit/redlimit/internal/redistest"
 )
@@ -217,5 +218,35 @@ func TestRun(t *testing.T) {
 	}
 	if want := "1 test against real Redis SKIPPED: . 1."; !strings.Contains(stderr.String(), want) {
 		t.Errorf("stderr lacks %q:\n%s", want, &stderr)
+	}
+}
+
+// TestHeartbeat: after a quiet spell testall says what it waits for:
+// the build, then the packages whose tests run, and how long each has.
+func TestHeartbeat(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	r := newReporter(&stdout, &stderr, false)
+	r.module = "m"
+	t0 := r.said
+	r.tick(t0.Add(10*time.Second), 30*time.Second)
+	if stderr.Len() != 0 {
+		t.Fatalf("spoke after 10 s of quiet: %q", stderr.String())
+	}
+	r.tick(t0.Add(31*time.Second), 30*time.Second)
+	if got := stderr.String(); got != "testall: 0 packages finished; building\n" {
+		t.Fatalf("during the build: %q", got)
+	}
+	stderr.Reset()
+	r.line([]byte(`{"Action":"start","Package":"m/core"}`))
+	r.line([]byte(`{"Action":"start","Package":"m"}`))
+	r.line([]byte(`{"Action":"output","Package":"m","Output":"ok  \tm\t0.1s\n"}`))
+	r.line([]byte(`{"Action":"pass","Package":"m"}`))
+	r.started["m/core"] = t0
+	r.tick(r.said.Add(30*time.Second), 30*time.Second)
+	if got := stderr.String(); !strings.HasPrefix(got, "testall: 1 package finished; running ./core (") {
+		t.Fatalf("while a package runs: %q", got)
+	}
+	if got := stdout.String(); got != "ok  \tm\t0.1s\n" {
+		t.Fatalf("stdout %q", got)
 	}
 }

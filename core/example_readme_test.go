@@ -1,0 +1,38 @@
+package core_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// A Limiter is made once per process, on the go-redis client the app
+// already has. New does no I/O.
+func Example_newLimiter() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"}) // or a ClusterClient, a FailoverClient
+	lim := core.New(rdb)
+	defer rdb.Close()
+
+	fmt.Println(lim.Stats())
+	// Output: {false 0}
+}
+
+// Limits are values, or strings in a small grammar.
+func ExampleLimit() {
+	a := core.PerSecond(20) // GCRA, bursts of up to 20
+	b := core.Limit{Algorithm: core.TokenBucket, Rate: 10, Period: time.Second, Burst: 50}
+	c, err := core.ParseLimit("20/s token_bucket burst=40") // also "100/m", "5/10s", "3/500ms", "5000/d"
+	if err != nil {
+		panic(err)
+	}
+	d, err := core.ParseLimit("1000/d fixed_window")
+	if err != nil {
+		panic(err)
+	}
+	several, err := core.ParseLimits("10/s, 5000/d fixed_window") // decided together
+	fmt.Println(a, "|", b, "|", c, "|", d, "|", several, err)
+	// Output: 20/s | 10/s token_bucket burst=50 | 20/s token_bucket burst=40 | 1000/d fixed_window | [10/s 5000/d fixed_window] <nil>
+}

@@ -1,0 +1,65 @@
+package core
+
+import (
+	"math"
+	"time"
+)
+
+// Result is the outcome of one decision.
+type Result struct {
+	// Limit is the limit the decision was made under.
+	Limit Limit
+	// Allowed reports whether the events were admitted (and counted).
+	Allowed bool
+	// Remaining is how many more single events would be allowed right now.
+	Remaining int
+	// RetryAfter is 0 when Allowed. Otherwise a retry of the same cost after
+	// RetryAfter is allowed, absent other traffic on the key; InfDuration
+	// when the cost exceeds the burst and can never be allowed.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the key is back to its full allowance,
+	// absent other traffic; 0 when it is full now.
+	ResetAfter time.Duration
+	// NextAfter is the time until one more event is allowed (Remaining
+	// grows by one), absent other traffic; 0 when Remaining is already the
+	// limit's capacity. It is at most ResetAfter, and when denied at most
+	// RetryAfter: what the IETF draft's RateLimit field calls the time until
+	// additional quota is available.
+	NextAfter time.Duration
+	// Delay is how long an allowed event must wait before it is served: its
+	// place in the queue of a LeakyBucket with Shape; 0 for every other
+	// limit, for denied events and for n = 0.
+	Delay time.Duration
+	// Cached reports a denial answered by the Limiter's deny cache, without
+	// asking Redis (see WithDenyCache): RetryAfter and ResetAfter count down
+	// from Redis's answer, and Remaining is what Redis said then.
+	Cached bool
+}
+
+// InfDuration is the RetryAfter of a request that can never be allowed: one
+// whose cost exceeds the limit's burst.
+const InfDuration = time.Duration(math.MaxInt64)
+
+// binding returns the result of a decision of several limits from each
+// limit's own result, and its index: the denying limit's with the longest
+// RetryAfter, or, when all allow, the one with the fewest Remaining (the
+// first of equals); with the longest ResetAfter of all, and the longest
+// Delay when allowed. results must not be empty.
+func binding(results []Result) (Result, int) {
+	b, reset, delay := 0, results[0].ResetAfter, results[0].Delay
+	for i, r := range results[1:] {
+		best := results[b]
+		if best.Allowed && !r.Allowed ||
+			!best.Allowed && !r.Allowed && r.RetryAfter > best.RetryAfter ||
+			best.Allowed && r.Allowed && r.Remaining < best.Remaining {
+			b = i + 1
+		}
+		reset, delay = max(reset, r.ResetAfter), max(delay, r.Delay)
+	}
+	res := results[b]
+	res.ResetAfter, res.Delay = reset, delay
+	if !res.Allowed {
+		res.Delay = 0
+	}
+	return res, b
+}
