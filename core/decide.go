@@ -11,15 +11,15 @@ import (
 )
 
 // decision is one decision on its way: what prepare works out of its
-// arguments, read by the steps after it.
+// arguments, read by the steps after it. It holds nothing of the caller's:
+// escape analysis does not tell a struct's fields apart, and its keys go
+// to the heap with the script call, so the caller's limits would too.
 type decision struct {
-	id     string
-	scopes []string // nil: every limit in the scope ""
-	limits []Limit
-	n      int
-	never  bool // n is above some limit's capacity: report the state, admit nothing
-	infos  [bridge.MaxLimits]*limitInfo
-	keys   [bridge.MaxLimits]string
+	k     int  // how many limits
+	n     int  // the cost
+	never bool // n is above some limit's capacity: report the state, admit nothing
+	infos [bridge.MaxLimits]*limitInfo
+	keys  [bridge.MaxLimits]string
 }
 
 // decide makes a decision of n events for id under limits, each kept in
@@ -51,7 +51,7 @@ func (l *Limiter) decide(ctx context.Context, id string, scopes []string, limits
 	if l.deny != nil && !d.never {
 		cacheID = d.cacheID()
 		var ok bool
-		if ok, refresh = l.deny.get(cacheID, d.keys[:len(limits)], limits, n, now, results); ok {
+		if ok, refresh = l.deny.get(cacheID, d.keys[:d.k], limits, n, now, results); ok {
 			res, i := binding(results)
 			res.Cached = true
 			return res, i, nil
@@ -61,7 +61,7 @@ func (l *Limiter) decide(ctx context.Context, id string, scopes []string, limits
 
 	reply, err := l.ask(ctx, &d, now)
 	if err == nil {
-		err = readReply(reply, d.limits, d.infos[:len(limits)], n, results)
+		err = readReply(reply, limits, d.infos[:d.k], n, results)
 	}
 	if err != nil {
 		// A copy of id: were id itself to reach the heap, so would the
@@ -71,7 +71,7 @@ func (l *Limiter) decide(ctx context.Context, id string, scopes []string, limits
 	res, i := binding(results)
 	switch {
 	case !res.Allowed && l.deny != nil && !d.never:
-		l.deny.add(cacheID, d.keys[:len(limits)], limits, n, now, seq, results)
+		l.deny.add(cacheID, d.keys[:d.k], limits, n, now, seq, results)
 	case refresh: // allowed after all: another process reset or raised a limit
 		l.deny.forget(cacheID)
 	}
@@ -89,7 +89,7 @@ func (l *Limiter) prepare(d *decision, id string, scopes []string, limits []Limi
 	if n < 0 {
 		return fmt.Errorf("%w: n=%d must not be negative", ErrInvalidCost, n)
 	}
-	d.id, d.scopes, d.limits, d.n = id, scopes, limits, n
+	d.k, d.n = len(limits), n
 	for i, limit := range limits {
 		info, err := infos.get(limit)
 		if err != nil {
@@ -108,16 +108,16 @@ func (l *Limiter) prepare(d *decision, id string, scopes []string, limits []Limi
 
 // cacheID names d in the deny cache: its keys, in order.
 func (d *decision) cacheID() string {
-	if len(d.limits) == 1 {
+	if d.k == 1 {
 		return d.keys[0]
 	}
-	return strings.Join(d.keys[:len(d.limits)], "\x00")
+	return strings.Join(d.keys[:d.k], "\x00")
 }
 
 // algorithms names the algorithms of d, for errors: "gcra+fixed_window".
 func (d *decision) algorithms() string {
-	names := make([]string, len(d.limits))
-	for i := range d.limits {
+	names := make([]string, d.k)
+	for i := range names {
 		names[i] = d.infos[i].d.name
 	}
 	return strings.Join(names, "+")
@@ -128,7 +128,7 @@ func (d *decision) algorithms() string {
 // the clock ("": the server's), then per limit its cost (0 for a cost that
 // can never be admitted: the state is reported) and the algorithm's own.
 func (l *Limiter) ask(ctx context.Context, d *decision, now time.Time) ([]int64, error) {
-	k := len(d.limits)
+	k := d.k
 	s := d.infos[0].d.script
 	for _, info := range d.infos[1:k] {
 		if info.d.file != d.infos[0].d.file {

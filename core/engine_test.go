@@ -465,3 +465,24 @@ func TestDecisionAllocations(t *testing.T) {
 		t.Errorf("%.1f allocations per decision under load, want at most %v", n, bound)
 	}
 }
+
+// TestCachedDenialAllocations: a denial the deny cache answers costs one
+// allocation (the name of the key's state), the limit passed by value
+// included: nothing of the caller's goes to the heap.
+func TestCachedDenialAllocations(t *testing.T) {
+	lim, _, _ := miniLimiter(t)
+	l := core.PerHour(1)
+	ctx := context.Background()
+	allowN(t, lim, "k", l, 1)
+	if res := allowN(t, lim, "k", l, 1); res.Allowed {
+		t.Fatal("the second of 1/h was allowed")
+	}
+	deny := func() {
+		if res, err := lim.Allow(ctx, "k", l); err != nil || !res.Cached {
+			t.Fatalf("%+v, %v; want a cached denial", res, err)
+		}
+	}
+	if n := testing.AllocsPerRun(200, deny); n > 1 {
+		t.Errorf("%.1f allocations per cached denial, want at most 1", n)
+	}
+}
