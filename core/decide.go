@@ -78,7 +78,8 @@ func (l *Limiter) decide(ctx context.Context, id string, scopes []string, limits
 	return res, i, nil
 }
 
-// prepare checks d's arguments and names each limit's state.
+// prepare checks the arguments of a decision and fills d: each limit's
+// worked-out info and the name of its state, and whether n can ever fit.
 func (l *Limiter) prepare(d *decision, id string, scopes []string, limits []Limit, n int) error {
 	if err := l.checkKey(id); err != nil {
 		return err

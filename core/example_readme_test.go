@@ -1,9 +1,11 @@
 package core_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
@@ -12,12 +14,20 @@ import (
 // A Limiter is made once per process, on the go-redis client the app
 // already has. New does no I/O.
 func Example_newLimiter() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"}) // or a ClusterClient, a FailoverClient
+	m, err := miniredis.Run() // an embedded Redis, for the example
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	redisAddr := m.Addr()
+
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr}) // or a ClusterClient, a FailoverClient
 	lim := core.New(rdb)
 	defer rdb.Close()
 
-	fmt.Println(lim.Stats())
-	// Output: {false 0}
+	res, err := lim.Allow(context.Background(), "user:42", core.PerMinute(100))
+	fmt.Println(res.Allowed, res.Remaining, err)
+	// Output: true 99 <nil>
 }
 
 // Limits are values, or strings in a small grammar.
