@@ -136,12 +136,19 @@ const maxWindow = time.Hour
 
 // policyItem is the RateLimit-Policy list member of a limit named name:
 // "name";q=<quota>;w=<window in seconds>, with ;redlimit-burst=<capacity>
-// where the capacity differs from q. The draft's window is a positive whole
+// where the capacity differs from q; for a Concurrency limit
+// "name";q=<in flight>;qu="concurrent-requests". The draft's window is a positive whole
 // number of seconds: a period that is not one is scaled up to the shortest
 // whole-second window it divides (3 per 500ms is q=6;w=1); if that is
 // longer than maxWindow, the window is the period rounded up and q the
 // most that window surely allows, rounded down.
 func policyItem(name string, l core.Limit) string {
+	item := httpsfv.NewItem(name)
+	if l.Algorithm == core.Concurrency { // no window: requests in flight
+		item.Params.Add("q", int64(l.Rate))
+		item.Params.Add("qu", "concurrent-requests")
+		return sfList(name, item)
+	}
 	period, second := int64(l.Period/time.Microsecond), int64(time.Second/time.Microsecond)
 	gcd := new(big.Int).GCD(nil, nil, big.NewInt(period), big.NewInt(second)).Int64()
 	window := period / gcd * second // lcm(period, 1s), in µs
@@ -150,12 +157,16 @@ func policyItem(name string, l core.Limit) string {
 		window = (period + second - 1) / second * second
 		q = int64(l.Rate) * window / period
 	}
-	item := httpsfv.NewItem(name)
 	item.Params.Add("q", q)
 	item.Params.Add("w", window/second)
 	if c := int64(l.Capacity()); c != q {
 		item.Params.Add("redlimit-burst", c)
 	}
+	return sfList(name, item)
+}
+
+// sfList writes item as a structured-field list of one member.
+func sfList(name string, item httpsfv.Item) string {
 	s, err := httpsfv.Marshal(httpsfv.List{item})
 	if err != nil {
 		panic(fmt.Sprintf("redlimit: RateLimit-Policy of %q: %v", name, err))

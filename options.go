@@ -24,6 +24,8 @@ type config struct {
 	failure Failure
 	dryRun  bool
 	answer  answerer
+	// responseCost: WithResponseCost's
+	responseCost func(r *http.Request, status int, header http.Header) int
 }
 
 // WithName names the policy. The name is the scope of its state in Redis,
@@ -165,4 +167,18 @@ func WithProblemDetails() Option {
 // {"error":"...","retry_after":N} as JSON, the same in every adapter.
 func WithDenyHandler(deny func(w http.ResponseWriter, r *http.Request, d Decision)) Option {
 	return func(c *config) { c.answer.handler = deny }
+}
+
+// WithResponseCost settles every admitted request after its handler
+// returns: cost gets the request, the status written (200 if none) and the
+// response header, and returns the request's true cost. 0 refunds it
+// (count only failed logins); more than WithCost charges the rest (tokens
+// reported by the handler in a header), without denying: the key goes into
+// debt. Without it the cost stands. It costs one more round trip per
+// request, and none when cost returns WithCost's n for a policy without
+// Concurrency limits. A handler that panics is settled at WithCost's n.
+// cost must be safe for concurrent use; a negative cost is logged and the
+// reserved one stands. docs/lifecycle.md shows the patterns.
+func WithResponseCost(cost func(r *http.Request, status int, header http.Header) int) Option {
+	return func(c *config) { c.responseCost = cost }
 }

@@ -53,13 +53,57 @@ func Serve(p Policy, w http.ResponseWriter, r *http.Request, next func(http.Resp
 		next(w, r)
 		return Decision{}
 	}
-	d := pol.decide(w, r)
-	if !d.Allowed() {
+	d, held := pol.decide(w, r)
+	switch {
+	case !d.Allowed():
 		pol.answer.deny(w, r, d)
-		return d
+	case held != nil:
+		pol.serveHeld(w, r, next, held)
+	default:
+		next(w, r)
 	}
-	next(w, r)
 	return d
+}
+
+// serveHeld serves a request whose decision is a reservation (Concurrency
+// limits, WithResponseCost), then settles it, whatever the handler did:
+// with the cost WithResponseCost reports, or releasing it (the cost stands,
+// slots are freed) when there is none or the handler panicked, before the
+// panic goes on up.
+func (p *policy) serveHeld(w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request) int, held *core.Reservation) {
+	var sw *statusWriter
+	if p.responseCost != nil {
+		sw = &statusWriter{ResponseWriter: w}
+		w = sw
+	}
+	cost := -1 // the reserved n
+	defer func() { p.settle(r, held, cost) }()
+	status := next(w, r)
+	if p.responseCost != nil {
+		if status == 0 {
+			status = sw.statusCode()
+		}
+		cost = p.responseCost(r, status, w.Header())
+		if cost < 0 {
+			p.reportError(r, fmt.Errorf("redlimit: WithResponseCost returned %d; the reserved cost stands", cost))
+			cost = -1
+		}
+	}
+}
+
+// settle settles held at cost (-1: the reserved n), with a context the
+// client's leaving does not cancel: the Limiter's timeout bounds it.
+func (p *policy) settle(r *http.Request, held *core.Reservation, cost int) {
+	ctx := context.WithoutCancel(r.Context())
+	var err error
+	if cost < 0 {
+		err = held.Release(ctx)
+	} else {
+		err = held.Settle(ctx, cost)
+	}
+	if err != nil {
+		p.reportError(r, err)
+	}
 }
 
 // policy is one or more limits with everything a request needs to be
@@ -143,8 +187,9 @@ func smallestBurst(limits []core.Limit) int {
 }
 
 // decide decides r, sets the rate-limit headers on w, waits a shaping
-// limit's delay, and tells the observer.
-func (p *policy) decide(w http.ResponseWriter, r *http.Request) Decision {
+// limit's delay, and tells the observer. It returns the reservation to
+// settle after the handler, if the decision made one.
+func (p *policy) decide(w http.ResponseWriter, r *http.Request) (Decision, *core.Reservation) {
 	var start time.Time
 	if p.observe != nil {
 		start = time.Now()
@@ -154,6 +199,7 @@ func (p *policy) decide(w http.ResponseWriter, r *http.Request) Decision {
 	if quotas != nil {
 		p.answer.headers(w.Header(), &d, quotas, s.each[:len(quotas)])
 	}
+	held := s.held
 	s.reset()
 	scratches.Put(s)
 	if d.Allowed() && d.Result.Delay > 0 {
@@ -161,11 +207,15 @@ func (p *policy) decide(w http.ResponseWriter, r *http.Request) Decision {
 			d.Outcome, d.Status, d.Err = OutcomeError, http.StatusServiceUnavailable, err
 		}
 	}
+	if held != nil && !d.Allowed() { // reserved, but not served after all
+		p.settle(r, held, -1)
+		held = nil
+	}
 	if p.observe != nil {
 		d.Duration = time.Since(start)
 		p.observe(r, d)
 	}
-	return d
+	return d, held
 }
 
 // scratch is what a decision of a request is worked out in: the limits
@@ -177,6 +227,7 @@ type scratch struct {
 	scopes [bridge.MaxLimits]string
 	limits [bridge.MaxLimits]core.Limit
 	each   [bridge.MaxLimits]core.Result
+	held   *core.Reservation // an allowed decision's, when it was a reservation
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -186,13 +237,15 @@ func (s *scratch) reset() {
 	clear(s.scopes[:s.n])
 	clear(s.limits[:s.n])
 	clear(s.each[:s.n])
-	s.n = 0
+	s.n, s.held = 0, nil
 }
 
 // verdict decides r: skip, key, limits, one decision on Redis (the
 // fallback's when Redis fails under FailLocal), and what that means for
-// the request. It leaves every limit's result in s.each and returns the
-// quotas the headers describe, nil when they should say nothing.
+// the request. It leaves every limit's result in s.each, and in s.held the
+// reservation to settle when the decision is one (WithResponseCost, or a
+// Concurrency limit) and allowed it; it returns the quotas the headers
+// describe, nil when they should say nothing.
 func (p *policy) verdict(r *http.Request, s *scratch) (Decision, []quota) {
 	d := Decision{Policy: p.name}
 	if p.skip != nil && p.skip(r) {
@@ -214,7 +267,18 @@ func (p *policy) verdict(r *http.Request, s *scratch) (Decision, []quota) {
 	for i, q := range quotas {
 		scopes[i], limits[i] = q.scope, q.limit
 	}
-	d.Result, d.binding, d.Err = decide(p.lim, r.Context(), d.Key, scopes, limits, p.cost, each)
+	if p.responseCost != nil || holdsSlots(limits) {
+		var held *core.Reservation
+		held, d.binding, d.Err = reserve(p.lim, r.Context(), d.Key, scopes, limits, p.cost, each)
+		if d.Err == nil {
+			d.Result = held.Result()
+			if d.Result.Allowed {
+				s.held = held
+			}
+		}
+	} else {
+		d.Result, d.binding, d.Err = decide(p.lim, r.Context(), d.Key, scopes, limits, p.cost, each)
+	}
 	switch {
 	case d.Err == nil:
 		d.Outcome = OutcomeAllowed
@@ -310,6 +374,17 @@ func (p *policy) reportDryRun(r *http.Request, res core.Result) {
 		p.log.InfoContext(r.Context(), "redlimit: dry run: requests would have been denied", "policy", p.name,
 			"limit", res.Limit.String(), "count", skipped+1)
 	}
+}
+
+// holdsSlots reports whether a limit holds slots in flight (Concurrency),
+// which only a reservation may take.
+func holdsSlots(limits []core.Limit) bool {
+	for _, l := range limits {
+		if l.Algorithm == core.Concurrency {
+			return true
+		}
+	}
+	return false
 }
 
 // isInputError reports an error of the request's own making, which no

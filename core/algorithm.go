@@ -17,6 +17,9 @@ type script struct {
 	src, sha string
 	// The two boxed once, so that no call allocates to pass them.
 	srcArg, shaArg any
+	// decides: a decision script, whose calls may go in a batch script
+	// call (lua/batch.lua).
+	decides bool
 }
 
 func newScript(src string) *script {
@@ -36,6 +39,7 @@ const (
 	knobStepped                   // Stepped
 	knobShape                     // Shape, and MaxDelay with it
 	knobMaxDelay                  // MaxDelay
+	knobCalendar                  // Calendar
 )
 
 // descriptor is everything the Limiter knows of one algorithm, or of one
@@ -49,9 +53,10 @@ type descriptor struct {
 	// name is the algorithm's entry in the scripts' table:
 	// algorithms.<name> in lua/<file>.lua.
 	name, file string
-	// script decides limits of this algorithm alone; requests that mix
-	// algorithms run mixedScript.
-	script *script
+	// script decides limits of this algorithm alone, and settle settles
+	// their reservations; requests that mix algorithms run mixedScript and
+	// mixedSettle.
+	script, settle *script
 	// suffix follows "}:" in the key, before the period; variants whose
 	// state means different things never share a key.
 	suffix string
@@ -68,6 +73,12 @@ type descriptor struct {
 	// the clock, so Validate can refuse limits Lua cannot count exactly. It
 	// is a float64 so that absurd limits cannot overflow the check itself.
 	span func(l Limit) float64
+	// bounds: the script reads four calendar boundaries after args, which
+	// each call computes (calendarBounds).
+	bounds bool
+	// holds: the limit holds slots that a reservation's settlement frees,
+	// so only Reserve takes it.
+	holds bool
 }
 
 // algorithms holds the descriptor of every algorithm, by name. Variants
@@ -81,7 +92,7 @@ var algorithms = map[Algorithm]*descriptor{
 	},
 	TokenBucket: {file: "token_bucket", knobs: knobStepped, args: bucketArgs, span: unitSpan},
 	LeakyBucket: {file: "leaky_bucket", knobs: knobShape, args: bucketArgs, span: unitSpan},
-	FixedWindow: {file: "fixed_window", window: true, args: windowArgs,
+	FixedWindow: {file: "fixed_window", window: true, knobs: knobCalendar, args: windowArgs,
 		span: func(l Limit) float64 { return float64(micros(l.Period)) }},
 	SlidingWindow: {file: "sliding_window", window: true, knobs: knobBuckets,
 		check: func(l Limit) error {
@@ -100,6 +111,11 @@ var algorithms = map[Algorithm]*descriptor{
 			return float64(l.Rate) * float64(micros(l.Period)/int64(l.buckets()))
 		}},
 	SlidingLog: {file: "sliding_log", window: true, args: windowArgs,
+		span: func(l Limit) float64 { return float64(micros(l.Period)) }},
+	Concurrency: {file: "concurrency", window: true, holds: true,
+		args: func(l Limit) ([maxArgs]int64, int) {
+			return [maxArgs]int64{micros(l.Period), int64(l.Rate)}, 2
+		},
 		span: func(l Limit) float64 { return float64(micros(l.Period)) }},
 }
 
@@ -130,12 +146,28 @@ var shapingLeakyBucket = &descriptor{name: "leaky_bucket_shape", file: "leaky_bu
 	span: unitSpan,
 }
 
-// mixedScript decides limits of any mix of algorithms: every file.
-// batchScript makes several decisions of any algorithms in one call.
-var mixedScript, batchScript *script
+// calendarWindow is the FixedWindow with Calendar set: its windows follow
+// the calendar, the boundaries sent with each call.
+var calendarWindow = &descriptor{name: "fixed_window_calendar", file: "fixed_window",
+	suffix: "fixed_window:calendar", window: true, knobs: knobCalendar, bounds: true,
+	check: func(l Limit) error {
+		if l.Period != day && l.Period != week && l.Period != month {
+			return fmt.Errorf("a calendar window is a day, a week or a month (\"d\", \"w\", \"month\"), not %v", formatPeriod(l.Period, periodUnits))
+		}
+		_, err := zone(l.Calendar)
+		return err
+	},
+	args: func(l Limit) ([maxArgs]int64, int) { return [maxArgs]int64{int64(l.Rate)}, 1 },
+	span: func(l Limit) float64 { return float64(micros(l.Period)) },
+}
+
+// mixedScript decides limits of any mix of algorithms: every file;
+// mixedSettle settles their reservations. batchScript makes several
+// decisions of any algorithms in one call.
+var mixedScript, mixedSettle, batchScript *script
 
 func init() {
-	all := []*descriptor{steppedTokenBucket, shapingLeakyBucket}
+	all := []*descriptor{steppedTokenBucket, shapingLeakyBucket, calendarWindow}
 	for name, d := range algorithms {
 		if d.name == "" {
 			d.name = string(name)
@@ -149,6 +181,8 @@ func init() {
 		}
 		if d.script == nil {
 			d.script = newScript(lua.Decision(d.file))
+			d.script.decides = true
+			d.settle = newScript(lua.Settle(d.file))
 		}
 		if !slices.Contains(files, d.file) {
 			files = append(files, d.file)
@@ -156,6 +190,8 @@ func init() {
 	}
 	slices.Sort(files)
 	mixedScript = newScript(lua.Decision(files...))
+	mixedScript.decides = true
+	mixedSettle = newScript(lua.Settle(files...))
 	batchScript = newScript(lua.Batch(files...))
 }
 
@@ -167,6 +203,8 @@ func (l Limit) descriptor() *descriptor {
 		return steppedTokenBucket
 	case l.Shape && l.algorithm() == LeakyBucket:
 		return shapingLeakyBucket
+	case l.Calendar != "" && l.algorithm() == FixedWindow:
+		return calendarWindow
 	}
 	return algorithms[l.algorithm()]
 }
@@ -186,12 +224,15 @@ func (l Limit) knobs() knob {
 	if l.MaxDelay != 0 {
 		k |= knobMaxDelay
 	}
+	if l.Calendar != "" {
+		k |= knobCalendar
+	}
 	return k
 }
 
 // knobNames names each knob as ParseLimit spells it.
 var knobNames = map[knob]string{knobBuckets: "buckets", knobStepped: "stepped",
-	knobShape: "shape", knobMaxDelay: "max_delay"}
+	knobShape: "shape", knobMaxDelay: "max_delay", knobCalendar: "calendar"}
 
 // checkKnobs reports a knob that l sets but its algorithm does not read.
 func (l Limit) checkKnobs(d *descriptor) error {
@@ -199,7 +240,7 @@ func (l Limit) checkKnobs(d *descriptor) error {
 	if extra == 0 {
 		return nil
 	}
-	for k := knobBuckets; k <= knobMaxDelay; k <<= 1 {
+	for k := knobBuckets; k <= knobCalendar; k <<= 1 {
 		if extra&k == 0 {
 			continue
 		}

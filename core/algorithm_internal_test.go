@@ -12,7 +12,7 @@ import (
 // holds every entry.
 func TestDescriptorsMatchScripts(t *testing.T) {
 	t.Parallel()
-	all := []*descriptor{steppedTokenBucket, shapingLeakyBucket}
+	all := []*descriptor{steppedTokenBucket, shapingLeakyBucket, calendarWindow}
 	for _, d := range algorithms {
 		all = append(all, d)
 	}
@@ -30,6 +30,8 @@ func TestDescriptorsMatchScripts(t *testing.T) {
 				l.Algorithm, l.Stepped = TokenBucket, true
 			case shapingLeakyBucket:
 				l.Algorithm, l.Shape = LeakyBucket, true
+			case calendarWindow:
+				l.Algorithm, l.Calendar, l.Period = FixedWindow, "UTC", day
 			default:
 				l.Algorithm = Algorithm(d.name)
 			}
@@ -37,6 +39,9 @@ func TestDescriptorsMatchScripts(t *testing.T) {
 				t.Fatalf("%v does not select %s", l, d.name)
 			}
 			_, n := d.args(l)
+			if d.bounds {
+				n += 4 // the calendar's boundaries
+			}
 			if want, _ := strconv.Atoi(m[1]); n != want {
 				t.Errorf("%s: the descriptor sends %d arguments, the script reads %d", d.name, n, want)
 			}

@@ -183,3 +183,77 @@ func BenchmarkAllowAll(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReserveSettle: what a request's life costs. allow is one
+// decision; reserve_release a Reservation settled at its own cost (no
+// second round trip); reserve_refund one settled at 0 (a refund: a second
+// round trip); concurrency a slot taken and freed. server-us/op is the
+// server's script time per request (decision and settlement together),
+// scripts/op the script calls per request.
+func BenchmarkReserveSettle(b *testing.B) {
+	rdb := redistest.Standalone(b).Client(b)
+	ctx := context.Background()
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%d", i)
+	}
+	rate := []core.Limit{{Rate: 1_000_000, Period: time.Second}}
+	slots := []core.Limit{{Algorithm: core.Concurrency, Rate: 1_000_000, Period: time.Minute}}
+	for _, c := range []struct {
+		name string
+		run  func(lim *core.Limiter, key string) error
+	}{
+		{"allow", func(lim *core.Limiter, key string) error { _, err := lim.AllowAll(ctx, key, rate, 1); return err }},
+		{"reserve_release", func(lim *core.Limiter, key string) error {
+			r, err := lim.Reserve(ctx, key, rate, 1)
+			if err != nil {
+				return err
+			}
+			return r.Release(ctx)
+		}},
+		{"reserve_refund", func(lim *core.Limiter, key string) error {
+			r, err := lim.Reserve(ctx, key, rate, 1)
+			if err != nil {
+				return err
+			}
+			return r.Settle(ctx, 0)
+		}},
+		{"concurrency", func(lim *core.Limiter, key string) error {
+			r, err := lim.Reserve(ctx, key, slots, 1)
+			if err != nil {
+				return err
+			}
+			return r.Release(ctx)
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			lim := core.New(rdb, core.WithPrefix(uniquePrefix()))
+			for i := 0; i < 2; i++ { // loads the scripts
+				if err := c.run(lim, keys[0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for i := 0; pb.Next(); i++ {
+					if err := c.run(lim, keys[i%len(keys)]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			stats, err := redistest.CommandStats(ctx, rdb)
+			if err != nil {
+				b.Fatal(err)
+			}
+			calls := stats["evalsha"].Calls + stats["eval"].Calls
+			b.ReportMetric((stats["evalsha"].Usec+stats["eval"].Usec)/float64(b.N), "server-us/op")
+			b.ReportMetric(calls/float64(b.N), "scripts/op")
+		})
+	}
+}

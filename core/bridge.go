@@ -13,6 +13,9 @@ func init() {
 	bridge.Decide = func(l *Limiter, ctx context.Context, key string, scopes []string, limits []Limit, n int, each []Result) (Result, int, error) {
 		return l.decide(ctx, key, scopes, limits, n, each)
 	}
+	bridge.Reserve = func(l *Limiter, ctx context.Context, key string, scopes []string, limits []Limit, n int, each []Result) (*Reservation, int, error) {
+		return l.reserve(ctx, key, scopes, limits, n, each)
+	}
 	bridge.Check = checkLimits
 	bridge.State = func(l Limit) (variant, period string) {
 		info, err := infos.get(l)

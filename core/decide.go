@@ -15,9 +15,11 @@ import (
 // escape analysis does not tell a struct's fields apart, and its keys go
 // to the heap with the script call, so the caller's limits would too.
 type decision struct {
-	k     int  // how many limits
-	n     int  // the cost
-	never bool // n is above some limit's capacity: report the state, admit nothing
+	k     int    // how many limits
+	n     int    // the cost
+	never bool   // n is above some limit's capacity: report the state, admit nothing
+	rid   string // the reservation's id ("" when not reserving)
+	holds bool   // a limit holds slots (Concurrency), which only a reservation may take
 	infos [bridge.MaxLimits]*limitInfo
 	keys  [bridge.MaxLimits]string
 }
@@ -34,9 +36,22 @@ type decision struct {
 // It stores each limit's own result in each, if not nil (as long as
 // limits), and returns the binding result and its index.
 func (l *Limiter) decide(ctx context.Context, id string, scopes []string, limits []Limit, n int, each []Result) (Result, int, error) {
+	res, i, _, err := l.decision(ctx, id, scopes, limits, n, each, false)
+	return res, i, err
+}
+
+// decision is decide, which, when reserve is set, also takes Concurrency
+// limits and returns the Reservation of an allowed decision.
+func (l *Limiter) decision(ctx context.Context, id string, scopes []string, limits []Limit, n int, each []Result, reserve bool) (Result, int, *Reservation, error) {
 	var d decision
 	if err := l.prepare(&d, id, scopes, limits, n); err != nil {
-		return Result{}, 0, err
+		return Result{}, 0, nil, err
+	}
+	if d.holds && !reserve {
+		return Result{}, 0, nil, fmt.Errorf("%w: a %s limit holds its slots until they are released: decide it with Reserve, not AllowN or AllowAll", ErrInvalidLimit, Concurrency)
+	}
+	if reserve {
+		d.rid = l.nextID()
 	}
 	var buf [bridge.MaxLimits]Result
 	results := buf[:len(limits)]
@@ -54,19 +69,20 @@ func (l *Limiter) decide(ctx context.Context, id string, scopes []string, limits
 		if ok, refresh = l.deny.get(cacheID, d.keys[:d.k], limits, n, now, results); ok {
 			res, i := binding(results)
 			res.Cached = true
-			return res, i, nil
+			return res, i, nil, nil
 		}
 		seq = l.deny.sent()
 	}
 
 	reply, err := l.ask(ctx, &d, now)
+	var at int64 // the decision's clock, µs
 	if err == nil {
-		err = readReply(reply, limits, d.infos[:d.k], n, results)
+		at, err = readReply(reply, limits, d.infos[:d.k], n, results)
 	}
 	if err != nil {
 		// A copy of id: were id itself to reach the heap, so would the
 		// caller's arguments, costing an allocation per decision.
-		return Result{}, 0, fmt.Errorf("redlimit: %s decision for %q: %w", d.algorithms(), strings.Clone(id), err)
+		return Result{}, 0, nil, fmt.Errorf("redlimit: %s decision for %q: %w", d.algorithms(), strings.Clone(id), err)
 	}
 	res, i := binding(results)
 	switch {
@@ -75,7 +91,10 @@ func (l *Limiter) decide(ctx context.Context, id string, scopes []string, limits
 	case refresh: // allowed after all: another process reset or raised a limit
 		l.deny.forget(cacheID)
 	}
-	return res, i, nil
+	if !reserve || !res.Allowed || n == 0 {
+		return res, i, nil, nil
+	}
+	return res, i, newReservation(l, &d, at, results), nil
 }
 
 // prepare checks the arguments of a decision and fills d: each limit's
@@ -98,6 +117,7 @@ func (l *Limiter) prepare(d *decision, id string, scopes []string, limits []Limi
 		}
 		d.infos[i], d.keys[i] = info, stateKey(l.prefix, scopeOf(scopes, i), id, info)
 		d.never = d.never || n > info.capacity
+		d.holds = d.holds || info.d.holds
 		for j := range i {
 			if d.keys[j] == d.keys[i] {
 				return errSharedState(limits[j], limit)
@@ -126,34 +146,52 @@ func (d *decision) algorithms() string {
 
 // ask sends d's script call and returns its reply. The call runs the
 // script of d's algorithm, or the mixed one when they differ; its ARGV is
-// the clock ("": the server's), then per limit its cost (0 for a cost that
-// can never be admitted: the state is reported) and the algorithm's own.
+// the clock ("": the server's) and the reservation's id, then per limit
+// its cost (0 for a cost that can never be admitted: the state is
+// reported) and the algorithm's own.
 func (l *Limiter) ask(ctx context.Context, d *decision, now time.Time) ([]int64, error) {
-	k := d.k
-	s := d.infos[0].d.script
-	for _, info := range d.infos[1:k] {
-		if info.d.file != d.infos[0].d.file {
-			s = mixedScript
-			break
+	cost := d.n
+	if d.never {
+		cost = 0
+	}
+	c := l.newLimitsCall(scriptOf(d.infos[:d.k], false), d.keys[:d.k], now, d.rid)
+	for _, info := range d.infos[:d.k] {
+		c.args = info.appendArgs(append(c.args, cost), now)
+	}
+	return l.run(ctx, c)
+}
+
+// scriptOf returns the script that decides (or, with settle, settles) the
+// limits of infos: their algorithm's, or the mixed one when they differ.
+func scriptOf(infos []*limitInfo, settle bool) *script {
+	d := infos[0].d
+	for _, info := range infos[1:] {
+		if info.d.file != d.file {
+			if settle {
+				return mixedSettle
+			}
+			return mixedScript
 		}
 	}
-	c := newCall(s, k)
-	for _, key := range d.keys[:k] {
+	if settle {
+		return d.settle
+	}
+	return d.script
+}
+
+// newLimitsCall returns a call of s on keys whose ARGV starts with the
+// clock at now ("": the server's) and the reservation's id; the limits'
+// arguments are the caller's to append.
+func (l *Limiter) newLimitsCall(s *script, keys []string, now time.Time, rid string) *call {
+	c := newCall(s, len(keys))
+	for _, key := range keys {
 		c.args = append(c.args, key)
 	}
 	var clock any = "" // the server's
 	if l.clock != nil {
 		clock = now.UnixMicro()
 	}
-	c.args = append(c.args, clock)
-	cost := d.n
-	if d.never {
-		cost = 0
-	}
-	for _, info := range d.infos[:k] {
-		c.args = append(append(c.args, cost), info.args...)
-	}
-	return l.run(ctx, c)
+	return c.append(clock, rid)
 }
 
 // run sends c through the breaker and the engine and returns its reply.

@@ -28,3 +28,7 @@ var ErrTimeout = errors.New("redlimit: no answer from Redis in time")
 // see WithBreaker) or because too many decisions already wait for it. It
 // is retried soon: one decision in a while tests whether Redis is back.
 var ErrUnavailable = errors.New("redlimit: Redis unavailable")
+
+// ErrSettled is wrapped by the error of a second Settle or Release of one
+// Reservation: a settlement is sent at most once.
+var ErrSettled = errors.New("redlimit: reservation already settled")

@@ -83,13 +83,14 @@ func (l *Limiter) SetLinger(d time.Duration) {
 }
 
 // Script returns the decision script of l and the ARGV it takes for a cost
-// of 1 on the server's clock, for benchmarks of the scripts alone.
+// of 1 on the server's clock, no reservation, for benchmarks of the
+// scripts alone.
 func Script(l Limit) (src, sha string, argv []any) {
 	info, err := infos.get(l)
 	if err != nil {
 		panic(err)
 	}
-	return info.d.script.src, info.d.script.sha, append([]any{"", 1}, info.args...)
+	return info.d.script.src, info.d.script.sha, info.appendArgs([]any{"", "", 1}, time.Now())
 }
 
 // MixedScript returns the script that decides any mix of algorithms.

@@ -38,6 +38,13 @@ const (
 	// lets Burst of them arrive at once. It stores one timestamp per key.
 	// It is the default.
 	GCRA Algorithm = "gcra"
+	// Concurrency limits events in flight, not events per period: at most
+	// Rate Reservations of a key hold a slot at once. A slot is freed when
+	// its Reservation is settled or released, or Period after it was taken
+	// if its holder never says (a process that dies leaks nothing for
+	// longer). Only Reserve takes it; Allow, AllowN and AllowAll refuse a
+	// Concurrency limit with an error wrapping ErrInvalidLimit.
+	Concurrency Algorithm = "concurrency"
 )
 
 // Bounds of a Limit's fields.
@@ -45,6 +52,7 @@ const (
 	maxCount       = 1_000_000_000    // Rate and Burst
 	minPeriod      = time.Millisecond // Redis key TTLs are whole milliseconds
 	defaultBuckets = 10               // a SlidingWindow's Buckets when 0
+	defaultLease   = time.Minute      // a Concurrency limit's Period when ParseLimit reads none
 	maxBuckets     = 100              // bounds a SlidingWindow key's size and the script's work
 	// exactMax bounds every integer the scripts hold: Lua numbers are
 	// doubles, exact up to 2^53. Half of that leaves room for the clock
@@ -88,6 +96,15 @@ type Limit struct {
 	// MaxDelay, with Shape, rejects events that would wait longer than it.
 	// 0 means the queue's length (Burst) is the only bound.
 	MaxDelay time.Duration
+	// Calendar makes a FixedWindow's windows follow the calendar in this
+	// IANA time zone ("UTC", "Europe/Berlin") instead of starting at a
+	// key's first event: with a Period of 24 hours a window is a day from
+	// local midnight (23 or 25 hours long across a DST change), of 7 days a
+	// week from Monday midnight, of a month (2 629 746 s, the mean Gregorian
+	// month: ParseLimit's "month") a month from the first. "" (the default)
+	// means none. Other algorithms: must be "". A binary on a system without
+	// the zone database (/usr/share/zoneinfo) imports time/tzdata.
+	Calendar string
 }
 
 // PerSecond returns a GCRA limit of rate events per second, bursts up to rate.
@@ -168,9 +185,20 @@ func (l Limit) buckets() int {
 func (l Limit) String() string {
 	var b strings.Builder
 	b.WriteString(strconv.Itoa(l.Rate))
-	b.WriteByte('/')
-	b.WriteString(formatPeriod(l.Period, periodUnits))
-	if l.Algorithm != "" {
+	switch {
+	case l.Algorithm == Concurrency:
+		b.WriteString(" concurrent")
+		if l.Period != defaultLease {
+			b.WriteString(" lease=")
+			b.WriteString(formatPeriod(l.Period, periodUnits))
+		}
+	case l.Calendar != "" && l.Period == month:
+		b.WriteString("/month") // not a duration: the calendar's
+	default:
+		b.WriteByte('/')
+		b.WriteString(formatPeriod(l.Period, periodUnits))
+	}
+	if l.Algorithm != "" && l.Algorithm != Concurrency {
 		b.WriteByte(' ')
 		b.WriteString(string(l.Algorithm))
 	}
@@ -192,6 +220,14 @@ func (l Limit) String() string {
 		b.WriteString(" max_delay=")
 		b.WriteString(formatPeriod(l.MaxDelay, periodUnits))
 	}
+	switch l.Calendar {
+	case "":
+	case "UTC":
+		b.WriteString(" calendar")
+	default:
+		b.WriteString(" calendar=")
+		b.WriteString(l.Calendar)
+	}
 	return b.String()
 }
 
@@ -201,14 +237,20 @@ type periodUnit struct {
 	d    time.Duration
 }
 
-const day = 24 * time.Hour
+// Calendar periods: a day, a week, and the mean Gregorian month (365.2425
+// days / 12), which is what a "month" Limit's Period holds.
+const (
+	day   = 24 * time.Hour
+	week  = 7 * day
+	month = 2_629_746 * time.Second
+)
 
-// periodUnits are the units String writes, tried largest first.
-// keyUnits are the units of a period in a Redis key: no days, so that the
+// periodUnits are the units String writes, tried largest first. keyUnits
+// are the units of a period in a Redis key: no weeks or days, so that the
 // keys of a "24h" limit written before "d" existed stay the same.
 var (
-	periodUnits = []periodUnit{{"d", day}, {"h", time.Hour}, {"m", time.Minute}, {"s", time.Second}, {"ms", time.Millisecond}, {"us", time.Microsecond}}
-	keyUnits    = periodUnits[1:]
+	periodUnits = []periodUnit{{"w", week}, {"d", day}, {"h", time.Hour}, {"m", time.Minute}, {"s", time.Second}, {"ms", time.Millisecond}, {"us", time.Microsecond}}
+	keyUnits    = periodUnits[2:]
 )
 
 // formatPeriod writes d in the largest of units that divides it, omitting
@@ -228,19 +270,27 @@ func formatPeriod(d time.Duration, units []periodUnit) string {
 
 // ParseLimit reads a limit written as
 //
-//	RATE/PERIOD [ALGORITHM] [burst=N] [buckets=N] [stepped] [shape] [max_delay=DURATION]
+//	RATE/PERIOD [ALGORITHM] [burst=N] [buckets=N] [stepped] [shape] [max_delay=DURATION] [calendar[=ZONE]]
+//	RATE concurrent [lease=DURATION]
 //
 // RATE is a positive decimal integer. PERIOD is a duration in Go's syntax
-// (time.ParseDuration: "10s", "500ms", "1m30s", "2h") or a whole number of
-// days of 24 hours ("d", "2d"); its count may be left out when it is 1 ("s",
-// "m", "h", "d"). ALGORITHM is one of the Algorithm names ("gcra",
-// "token_bucket", "leaky_bucket", "fixed_window", "sliding_window",
-// "sliding_log"); without it the limit is GCRA. The other options set the
-// Limit fields of the same names. Fields are separated by spaces; options
-// may come in any order, each at most once.
+// (time.ParseDuration: "10s", "500ms", "1m30s", "2h"), or a whole number of
+// days ("d", 24 hours) or weeks ("w", 7 days); its count may be left out
+// when it is 1 ("s", "m", "h", "d", "w"). ALGORITHM is one of the Algorithm
+// names ("gcra", "token_bucket", "leaky_bucket", "fixed_window",
+// "sliding_window", "sliding_log"); without it the limit is GCRA. The other
+// options set the Limit fields of the same names. calendar makes a fixed
+// window follow the calendar in ZONE (an IANA name; UTC without one): its
+// period is then "d", "w" or "month", and without an algorithm the limit
+// is a fixed window. "RATE concurrent" is a Concurrency limit of RATE in
+// flight, whose lease (its Period) is 1 minute unless lease= says
+// otherwise. Fields are separated by spaces; options may come in any
+// order, each at most once.
 //
-// Examples: "100/m", "5/10s", "3/500ms", "5000/d", "20/s token_bucket burst=40",
-// "100/m sliding_window buckets=6", "2/s leaky_bucket burst=10 shape max_delay=3s".
+// Examples: "100/m", "5/10s", "5000/d", "20/s token_bucket burst=40",
+// "100/m sliding_window buckets=6", "2/s leaky_bucket burst=10 shape max_delay=3s",
+// "1000/d calendar=Europe/Berlin", "100000/month fixed_window calendar",
+// "10 concurrent", "3 concurrent lease=30s".
 //
 // The result is validated: errors wrap ErrInvalidLimit and name the part of
 // s that is wrong.
@@ -253,22 +303,32 @@ func ParseLimit(s string) (Limit, error) {
 		return Limit{}, fmt.Errorf("%w: %q: %s", ErrInvalidLimit, s, fmt.Sprintf(format, args...))
 	}
 
-	rate, period, ok := strings.Cut(fields[0], "/")
-	if !ok {
-		return bad("want RATE/PERIOD, e.g. \"100/m\"")
-	}
 	var l Limit
 	var err error
+	rate, period, perPeriod := strings.Cut(fields[0], "/")
+	switch {
+	case !perPeriod && len(fields) > 1 && fields[1] == "concurrent":
+		l.Algorithm, l.Period = Concurrency, defaultLease
+		fields = fields[1:]
+	case !perPeriod:
+		return bad("want RATE/PERIOD, e.g. \"100/m\", or RATE concurrent")
+	}
 	if l.Rate, err = parseCount(rate); err != nil {
 		return bad("rate %v", err)
 	}
-	if l.Period, err = parsePeriod(period); err != nil {
-		return bad("period %v", err)
+	monthly := perPeriod && (period == "month" || period == "1month")
+	switch {
+	case monthly:
+		l.Period = month
+	case perPeriod:
+		if l.Period, err = parsePeriod(period); err != nil {
+			return bad("period %v", err)
+		}
 	}
 	seen := make(map[string]bool, len(fields)-1)
 	for _, f := range fields[1:] {
 		name, value, hasValue := strings.Cut(f, "=")
-		if _, known := algorithms[Algorithm(f)]; known {
+		if _, known := algorithms[Algorithm(f)]; known && f != string(Concurrency) {
 			name = "algorithm"
 		}
 		if seen[name] {
@@ -276,6 +336,8 @@ func ParseLimit(s string) (Limit, error) {
 		}
 		seen[name] = true
 		switch {
+		case name == "algorithm" && l.Algorithm == Concurrency:
+			return bad("%q: a concurrency limit has no other algorithm", f)
 		case name == "algorithm":
 			l.Algorithm = Algorithm(f)
 		case name == "burst" && hasValue:
@@ -284,16 +346,28 @@ func ParseLimit(s string) (Limit, error) {
 			l.Buckets, err = parseCount(value)
 		case name == "max_delay" && hasValue:
 			l.MaxDelay, err = parsePeriod(value)
+		case name == "lease" && hasValue && l.Algorithm == Concurrency:
+			l.Period, err = parsePeriod(value)
+		case name == "calendar" && !hasValue:
+			l.Calendar = "UTC"
+		case name == "calendar" && value != "":
+			l.Calendar = value
 		case f == "stepped":
 			l.Stepped = true
 		case f == "shape":
 			l.Shape = true
 		default:
-			return bad("unknown option %q (want an algorithm: %s; or burst=N, buckets=N, stepped, shape, max_delay=DURATION)", f, algorithmNames())
+			return bad("unknown option %q (want an algorithm: %s; or burst=N, buckets=N, stepped, shape, max_delay=DURATION, calendar[=ZONE]; a concurrency limit takes lease=DURATION)", f, algorithmNames())
 		}
 		if err != nil {
 			return bad("%s %v", name, err)
 		}
+	}
+	switch {
+	case l.Calendar != "" && l.Algorithm == "":
+		l.Algorithm = FixedWindow
+	case monthly && l.Calendar == "":
+		return bad("a month is a period only on the calendar: add \"calendar\" (\"%s/month fixed_window calendar\")", rate)
 	}
 	if err := l.Validate(); err != nil {
 		return Limit{}, fmt.Errorf("%q: %w", s, err)
@@ -316,11 +390,11 @@ func parseCount(s string) (int, error) {
 	return n, nil
 }
 
-// parsePeriod reads a positive Go duration, or a whole number of days,
-// whose leading 1 may be omitted.
+// parsePeriod reads a positive Go duration, or a whole number of days or
+// weeks, whose leading 1 may be omitted.
 func parsePeriod(s string) (time.Duration, error) {
 	if s == "" {
-		return 0, errors.New("is missing (want e.g. \"s\", \"10s\", \"500ms\", \"d\")")
+		return 0, errors.New("is missing (want e.g. \"s\", \"10s\", \"500ms\", \"d\", \"w\")")
 	}
 	if c := s[0]; c < '0' || c > '9' {
 		if c == '-' || c == '+' || c == '.' {
@@ -328,19 +402,23 @@ func parsePeriod(s string) (time.Duration, error) {
 		}
 		s = "1" + s
 	}
-	if days, ok := strings.CutSuffix(s, "d"); ok && strings.TrimLeft(days, "0123456789") == "" {
-		n, err := strconv.ParseInt(days, 10, 64)
-		if err != nil || n > int64(maxPeriod/day) {
+	for _, u := range periodUnits[:2] { // days and weeks: whole numbers of them
+		count, ok := strings.CutSuffix(s, u.name)
+		if !ok || strings.TrimLeft(count, "0123456789") != "" {
+			continue
+		}
+		n, err := strconv.ParseInt(count, 10, 64)
+		if err != nil || n > int64(maxPeriod/u.d) {
 			return 0, fmt.Errorf("%q is too long", s)
 		}
 		if n == 0 {
 			return 0, fmt.Errorf("%q must be positive", s)
 		}
-		return time.Duration(n) * day, nil
+		return time.Duration(n) * u.d, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration with a unit (us, ms, s, m, h, d)", s)
+		return 0, fmt.Errorf("%q is not a duration with a unit (us, ms, s, m, h, d, w)", s)
 	}
 	if d <= 0 {
 		return 0, fmt.Errorf("%q must be positive", s)

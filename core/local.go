@@ -12,7 +12,8 @@ import (
 // localLimiter stands in for Redis while it is unreachable (the HTTP
 // layer's FailLocal): every limit as GCRA with its Rate, Period and Burst,
 // whatever its algorithm, in process memory, so each instance enforces the
-// limits on its own, all or nothing as Redis would. Its states are named
+// limits on its own, all or nothing as Redis would. Concurrency limits are
+// not enforced: nothing settles what the fallback admits. Its states are named
 // as Redis's are (state.go), and it holds at most max of them in an LRU
 // (hashicorp/golang-lru's simplelru, under one lock so that the limits of
 // one decision are decided together). Time is the process's clock.
@@ -47,6 +48,10 @@ func (l *localLimiter) allow(key string, scopes []string, limits []Limit, n int,
 		if err != nil { // not reached: checked when the policy was built
 			each[i] = Result{Limit: limit, RetryAfter: InfDuration}
 			allowed = false
+			continue
+		}
+		if info.d.holds { // slots in flight are not counted in process: not enforced
+			each[i] = Result{Limit: limit, Allowed: true, Remaining: info.capacity}
 			continue
 		}
 		infoBuf[i] = info

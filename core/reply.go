@@ -9,11 +9,13 @@ import (
 // The replies of the scripts, read here and nowhere else.
 //
 // A decision script (lua/decide.lua) replies with 1 if every limit allowed,
-// else 0, then replyWidth integers per limit, in the order of its keys:
+// else 0, then the decision's clock in µs (a reservation's settlement sends
+// it back), then replyWidth integers per limit, in the order of its keys:
 //
 //	allowed (0 or 1), remaining, retry_after, reset_after, delay, next
 //
-// durations in microseconds (see Result for what each means). A batch
+// durations in microseconds (see Result for what each means; a remaining
+// below 0, a debt, reads as 0). A batch
 // script (lua/batch.lua) replies with each decision's reply in turn, each
 // after a status: 1, then the decision's reply; or -len, then the error
 // Redis gave that decision, len bytes (at most maxBatchError) packed six to
@@ -27,21 +29,22 @@ const maxBatchError = 240
 var errMalformed = errors.New("redlimit: a script's reply is malformed")
 
 // replyLen is the length of a decision's reply for limits limits.
-func replyLen(limits int) int { return 1 + replyWidth*limits }
+func replyLen(limits int) int { return 2 + replyWidth*limits }
 
 // readReply stores in results (one per limit) what reply, a decision's,
-// says of each limit. An n above a limit's capacity was sent as 0, to
-// report the state: it is never allowed, RetryAfter InfDuration.
-func readReply(reply []int64, limits []Limit, infos []*limitInfo, n int, results []Result) error {
+// says of each limit, and returns the decision's clock in µs. An n above a
+// limit's capacity was sent as 0, to report the state: it is never
+// allowed, RetryAfter InfDuration.
+func readReply(reply []int64, limits []Limit, infos []*limitInfo, n int, results []Result) (int64, error) {
 	if len(reply) != replyLen(len(limits)) {
-		return fmt.Errorf("%w: %d values for %d limits, want %d", errMalformed, len(reply), len(limits), replyLen(len(limits)))
+		return 0, fmt.Errorf("%w: %d values for %d limits, want %d", errMalformed, len(reply), len(limits), replyLen(len(limits)))
 	}
 	for i, l := range limits {
-		r := reply[1+replyWidth*i:]
+		r := reply[2+replyWidth*i:]
 		results[i] = Result{
 			Limit:      l,
 			Allowed:    r[0] == 1,
-			Remaining:  int(r[1]),
+			Remaining:  int(max(0, r[1])),
 			RetryAfter: us(r[2]),
 			ResetAfter: us(r[3]),
 			Delay:      us(r[4]),
@@ -51,7 +54,7 @@ func readReply(reply []int64, limits []Limit, infos []*limitInfo, n int, results
 			results[i].Allowed, results[i].RetryAfter = false, InfDuration
 		}
 	}
-	return nil
+	return reply[1], nil
 }
 
 // nextReply takes the reply of one decision of `limits` limits off the

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redlimit/redlimit/internal/bridge"
 )
@@ -32,9 +33,20 @@ import (
 type limitInfo struct {
 	d        *descriptor
 	capacity int
-	period   string // the period as keys write it: "1m", "10s", "24h"
-	state    string // ":<variant>:<period>", which follows the key's hash tag
-	args     []any  // the algorithm's name and ARGV, boxed
+	period   string    // the period as keys write it: "1m", "10s", "24h"; "1d", "1w", "1month" on the calendar
+	state    string    // ":<variant>:<period>", which follows the key's hash tag
+	args     []any     // the algorithm's name and ARGV, boxed
+	calendar *calendar // the boundaries a calendar window sends after args; nil for others
+}
+
+// appendArgs appends to args the limit's algorithm name and ARGV, with a
+// calendar window's boundaries around now.
+func (info *limitInfo) appendArgs(args []any, now time.Time) []any {
+	args = append(args, info.args...)
+	if info.calendar != nil {
+		args = info.calendar.appendBounds(args, now)
+	}
+	return args
 }
 
 // stateKey returns the name of the state key keeps under the limit of
@@ -134,12 +146,21 @@ func (c *limitCache) get(l Limit) (*limitInfo, error) {
 	}
 	d := l.descriptor()
 	argv, n := d.args(l)
-	period := formatPeriod(l.Period, keyUnits)
+	period, variant := formatPeriod(l.Period, keyUnits), d.suffix
+	if d.bounds { // on the calendar: its own period names, and the zone
+		period, variant = calendarPeriod(l.Period), variant+":"+l.Calendar
+	}
 	if c := period[0]; c < '0' || c > '9' {
 		period = "1" + period // keys always write the count: "1m"
 	}
 	info = &limitInfo{d: d, capacity: l.Capacity(), period: period,
-		state: ":" + d.suffix + ":" + period, args: make([]any, 1+n)}
+		state: ":" + variant + ":" + period, args: make([]any, 1+n)}
+	if d.bounds {
+		var err error
+		if info.calendar, err = newCalendar(l); err != nil {
+			return nil, err
+		}
+	}
 	info.args[0] = d.name
 	for i := range n {
 		info.args[1+i] = argv[i]

@@ -104,6 +104,12 @@ func newCall(s *script, keys int) *call {
 	return c
 }
 
+// append adds args to the call's arguments.
+func (c *call) append(args ...any) *call {
+	c.args = append(c.args, args...)
+	return c
+}
+
 // recycle returns the call to the pool. Only its last owner calls it.
 func (c *call) recycle() {
 	clear(c.args) // drop references to the key and the script
@@ -204,13 +210,30 @@ func (t *trip) reset() {
 //     decided by many requests at once) as one call of the batch script per
 //     tag, since their keys are in one slot; the others one call each.
 //     go-redis sends them as one pipeline per node.
+//   - Settlements and resets always on their own.
 //   - Otherwise every call on its own: WithBatchScript(false) (a proxy that
 //     routes a script by its first key would run a batch of many keys on one
 //     shard), a client that cannot pipeline, or after a single server
 //     refused a batch as CROSSSLOT (a cluster behind one address).
 func (tr *transport) plan(t *trip, calls []*call) []unit {
 	units := t.units[:0]
-	switch mode := tr.mode.Load(); {
+	mode := tr.mode.Load()
+	if mode != planEach && len(calls) > 1 {
+		// Only decisions go in a batch script call: a settlement or a
+		// reset is a call of its own.
+		n := 0
+		for i, c := range calls {
+			if c.script.decides {
+				calls[n], calls[i] = calls[i], calls[n]
+				n++
+			}
+		}
+		for i := n; i < len(calls); i++ {
+			units = append(units, unit{calls: calls[i : i+1], args: calls[i].args, script: calls[i].script})
+		}
+		calls = calls[:n]
+	}
+	switch {
 	case len(calls) > 1 && mode == planOne:
 		return append(units, t.batchUnit(calls))
 	case len(calls) > 1 && mode == planByTag:

@@ -352,11 +352,11 @@ func zeroRetryDenial(t *testing.T, l core.Limit) []any {
 			t.Fatal(err)
 		}
 	}
-	// {allowed, then per limit: allowed, remaining, retry_after, ...}
-	if len(reply) < 4 || reply[0] != int64(0) || reply[3] == int64(0) {
-		t.Fatalf("a denial replied %v; want {0, 0, remaining, retry_after > 0, ...}", reply)
+	// {allowed, now, then per limit: allowed, remaining, retry_after, ...}
+	if len(reply) < 5 || reply[0] != int64(0) || reply[4] == int64(0) {
+		t.Fatalf("a denial replied %v; want {0, now, 0, remaining, retry_after > 0, ...}", reply)
 	}
-	reply[3] = int64(0)
+	reply[4] = int64(0)
 	return reply
 }
 

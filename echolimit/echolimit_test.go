@@ -2,6 +2,7 @@ package echolimit_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/echolimit"
 	"github.com/redlimit/redlimit/internal/adaptertest"
@@ -39,6 +41,9 @@ func app(s adaptertest.Spec) (http.Handler, error) {
 	e.GET("/ping", ok)
 	e.GET("/users/:id", ok, route(s.Users)...)
 	e.POST("/login", ok, route(s.Login)...)
+	if s.WorkHandler != nil {
+		e.POST("/work", echo.WrapHandler(s.WorkHandler), route(s.Work)...)
+	}
 	return e, nil
 }
 
@@ -79,5 +84,31 @@ func TestErrors(t *testing.T) {
 	}
 	if len(handled) != 1 || !errors.Is(handled[0], teapot) {
 		t.Fatalf("the error handler got %v, want only the handler's error", handled)
+	}
+}
+
+// TestErrorStatusSettles: a handler's returned error settles with its
+// HTTP status, 500 for an error that is not an *echo.HTTPError, before
+// echo's error handler writes the answer.
+func TestErrorStatusSettles(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	var seen []int
+	cost := redlimit.WithResponseCost(func(_ *http.Request, status int, _ http.Header) int {
+		seen = append(seen, status)
+		return 1
+	})
+	e := echo.New()
+	e.Use(echolimit.New(core.New(rdb), core.PerMinute(100), cost))
+	e.GET("/teapot", func(c echo.Context) error { return echo.NewHTTPError(http.StatusTeapot) })
+	e.GET("/broken", func(c echo.Context) error { return errors.New("broken") })
+	e.GET("/fine", func(c echo.Context) error { return c.String(http.StatusCreated, "made") })
+	for _, path := range []string{"/teapot", "/broken", "/fine"} {
+		e.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil))
+	}
+	if fmt.Sprint(seen) != "[418 500 201]" {
+		t.Fatalf("WithResponseCost saw statuses %v, want [418 500 201]", seen)
 	}
 }

@@ -36,6 +36,13 @@ func app(s adaptertest.Spec) (http.Handler, error) {
 	r.GET("/ping", ok)
 	r.GET("/users/:id", route(s.Users)...)
 	r.POST("/login", route(s.Login)...)
+	if s.WorkHandler != nil {
+		work := []gin.HandlerFunc{gin.WrapH(s.WorkHandler)}
+		if s.Work != nil {
+			work = append([]gin.HandlerFunc{ginlimit.New(s.Limiter, s.Work.Limit, s.Work.Opts...)}, work...)
+		}
+		r.POST("/work", work...)
+	}
 	return r, nil
 }
 

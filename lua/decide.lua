@@ -4,23 +4,25 @@
 --
 -- KEYS    the decision's keys are KEYS[k .. k+n-1].
 -- ARGV    its arguments start at ARGV[at], laid out as in prelude.lua.
--- Reply   decide returns {allowed, then per limit: allowed, remaining,
---         retry_after, reset_after, delay, next}. When a limit denies, the
---         limits that would have allowed report their state as it stays:
---         as for cost 0.
+-- Reply   decide returns {allowed, now, then per limit: allowed,
+--         remaining, retry_after, reset_after, delay, next}: now is the
+--         decision's clock, which a reservation's settlement reads. When a
+--         limit denies, the limits that would have allowed report their
+--         state as it stays: as for cost 0.
 local function decide(k, n, at)
   now = clock(ARGV[at])
-  at = at + 1
+  rid = ARGV[at + 1]
+  at = at + 2
   if n == 1 then -- one limit: decide and store in one pass
     local cost = tonumber(ARGV[at])
     local allowed, remaining, retry, reset, delay, next =
       algorithms[ARGV[at + 1]].decide(KEYS[k], cost, at + 2, cost > 0)
-    return {allowed, allowed, remaining, retry, reset, delay, next}
+    return {allowed, now, allowed, remaining, retry, reset, delay, next}
   end
 
   -- Several: decide each without storing. Only if all allow, decide each
   -- again, storing: nothing changed in between, so the answers are the same.
-  local reply, starts, denied = {1}, {}, false
+  local reply, starts, denied = {1, now}, {}, false
   for i = 1, n do
     local cost, alg = tonumber(ARGV[at]), algorithms[ARGV[at + 1]]
     local allowed, remaining, retry, reset, delay, next = alg.decide(KEYS[k + i - 1], cost, at + 2, false)
@@ -32,7 +34,7 @@ local function decide(k, n, at)
     at = at + 2 + alg.args
   end
   for i = 1, n do
-    local cost, alg, r = tonumber(ARGV[starts[i]]), algorithms[ARGV[starts[i] + 1]], 2 + (i - 1) * 6
+    local cost, alg, r = tonumber(ARGV[starts[i]]), algorithms[ARGV[starts[i] + 1]], 3 + (i - 1) * 6
     if not denied and cost > 0 then
       alg.decide(KEYS[k + i - 1], cost, starts[i] + 2, true)
     elseif denied and cost > 0 and reply[r] == 1 then -- report the state it keeps

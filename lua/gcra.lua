@@ -8,7 +8,7 @@
 -- Reply   allowed, remaining, retry_after, reset_after, 0, next
 --
 -- Events are spaced `interval` apart; the TAT may run ahead of now by at
--- most burst * interval.
+-- most burst * interval, and by more only in debt (settle).
 algorithms.gcra = {args = 2, decide = function(key, cost, at, commit)
   local interval, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
   local span = burst * interval
@@ -32,4 +32,16 @@ algorithms.gcra = {args = 2, decide = function(key, cost, at, commit)
   end
   local left = math.floor((now + span - new_tat) / interval)
   return 1, left, 0, new_tat - now, 0, next(new_tat, left)
+end,
+-- settle moves the TAT ahead by a charge, or back by a refund, as far as
+-- the reservation's own events have not drained: its TAT, reserved +
+-- reset, is still ahead of now.
+settle = function(key, delta, at, remaining, reset)
+  local interval = tonumber(ARGV[at])
+  local tat = math.max(now, tonumber(redis.call('GET', key)) or now)
+  local move = delta * interval
+  if delta < 0 then move = -math.min(-move, math.max(0, reserved + reset - now)) end
+  tat = math.min(math.max(now, tat + move), now + max_debt)
+  if tat > now then redis.call('SET', key, tat) end
+  expire(key, tat - now)
 end}

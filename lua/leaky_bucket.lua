@@ -6,27 +6,32 @@
 -- max_delay above 0 rejects an event that would wait longer.
 --
 -- KEYS    hash {l = level, t = µs of the last update, u = unit}, counted
---         in exact units as the token bucket's credit. No key: empty.
+--         in exact units as the token bucket's credit. No key: empty. A
+--         level above the burst is a debt (settle).
 -- ARGV    unit, drip: as the token bucket's; burst; shape only: max_delay
 --         in microseconds, 0 for none
 -- Reply   allowed, remaining, retry_after, reset_after, delay, next
-local function leak(key, cost, commit, unit, drip, burst, max_delay)
-  local full = burst * unit
+-- level_of returns the level of key at now, drained, and the µs it was
+-- last updated.
+local function level_of(key, unit, drip)
   local state = redis.call('HMGET', key, 'l', 't', 'u')
   local level, last = tonumber(state[1]), tonumber(state[2])
-  if not level then
-    level, last = 0, now
-  else
-    local stored = tonumber(state[3])
-    if stored and stored ~= unit then -- the limit changed: keep whole events
-      local events = math.floor(level / stored)
-      level = events * unit + math.ceil((level - events * stored) * unit / stored)
-    end
-    if now > last then
-      level = math.max(0, level - (now - last) * drip)
-      last = now
-    end
+  if not level then return 0, now end
+  local stored = tonumber(state[3])
+  if stored and stored ~= unit then -- the limit changed: keep whole events
+    local events = math.floor(level / stored)
+    level = events * unit + math.ceil((level - events * stored) * unit / stored)
   end
+  if now > last then
+    level = math.max(0, level - (now - last) * drip)
+    last = now
+  end
+  return level, last
+end
+
+local function leak(key, cost, commit, unit, drip, burst, max_delay)
+  local full = burst * unit
+  local level, last = level_of(key, unit, drip)
 
   -- room: how many events fit at `l`; below: µs until the level is at
   -- most `to`.
@@ -55,7 +60,7 @@ local function leak(key, cost, commit, unit, drip, burst, max_delay)
 
   if wait > 0 or cost == 0 then
     local r = room(level)
-    return wait > 0 and 0 or 1, r, wait, math.ceil(level / drip), 0, next(level, r)
+    return wait > 0 and 0 or 1, r, wait, math.ceil(level / drip), 0, next(level, math.max(0, r))
   end
   level = level + cost * unit
   local reset = math.ceil(level / drip)
@@ -64,13 +69,28 @@ local function leak(key, cost, commit, unit, drip, burst, max_delay)
     redis.call('PEXPIRE', key, math.max(1, math.ceil(reset / 1000)))
   end
   local r = room(level)
-  return 1, r, 0, reset, delay, next(level, r)
+  return 1, r, 0, reset, delay, next(level, math.max(0, r))
+end
+
+-- settle puts charged events in, above the burst if need be, and takes
+-- refunded ones out as far as they have not drained: the reservation left
+-- the bucket empty at reserved + reset (less one µs of rounding). A
+-- shaping bucket's queue behind the refunded events moves up; the Delay
+-- already given is not changed.
+local function leak_settle(key, delta, at, remaining, reset)
+  local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+  local level, last = level_of(key, unit, drip)
+  local put = delta * unit
+  if delta < 0 then put = -math.min(-put, math.max(0, reserved + reset - 1 - now) * drip) end
+  level = math.min(burst * unit + max_debt * drip, math.max(0, level + put))
+  redis.call('HSET', key, 'l', level, 't', last, 'u', unit)
+  expire(key, math.ceil(level / drip))
 end
 
 algorithms.leaky_bucket = {args = 3, decide = function(key, cost, at, commit)
   return leak(key, cost, commit, tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]))
-end}
+end, settle = leak_settle}
 algorithms.leaky_bucket_shape = {args = 4, decide = function(key, cost, at, commit)
   return leak(key, cost, commit, tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
     tonumber(ARGV[at + 3]))
-end}
+end, settle = leak_settle}

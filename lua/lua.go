@@ -8,8 +8,10 @@
 // decides one limit or several, all or nothing, and a limit's state is the
 // same whichever way it was decided. A batch script ends with batch.lua
 // instead: it makes several independent decisions in one call, for the
-// engine to send what waits together to a single server. Every script
-// replies with an array of integers. The scripts are plain text; package core runs them
+// engine to send what waits together to a single server. A settlement
+// script is the prelude, the algorithms' files and settle.lua: each file
+// adds a settle function beside its decide function, so an algorithm is
+// one file. Every script replies with an array of integers. The scripts are plain text; package core runs them
 // with EVALSHA. This package uses the standard library only and exports
 // nothing that can be reassigned.
 package lua
@@ -32,6 +34,18 @@ func Decision(names ...string) string { return assemble("one", names) }
 // of the algorithms in the named files (batch.lua). It panics as Decision
 // does.
 func Batch(names ...string) string { return assemble("batch", names) }
+
+// Settle returns the script that settles a reservation of limits of the
+// algorithms in the named files (settle.lua). It panics as Decision does.
+func Settle(names ...string) string {
+	var b strings.Builder
+	b.WriteString(read("prelude"))
+	for _, name := range names {
+		b.WriteString(read(name))
+	}
+	b.WriteString(read("settle"))
+	return b.String()
+}
 
 // assemble returns the prelude, the named algorithms' files, decide.lua and
 // the file that ends the script.

@@ -46,7 +46,7 @@ func TestDecisionScripts(t *testing.T) {
 	prelude, decide := read("prelude"), read("decide")+read("one")
 	entry := regexp.MustCompile(`(?m)^algorithms\.(\w+) = \{args = \d+, decide = function\(key, cost, at, commit\)$`)
 	names := []string{"gcra", "token_bucket", "token_bucket_stepped", "fixed_window",
-		"sliding_window", "sliding_log", "leaky_bucket"}
+		"sliding_window", "sliding_log", "leaky_bucket", "concurrency"}
 	for _, name := range names {
 		src := Decision(name)
 		if !strings.HasPrefix(src, prelude) || !strings.HasSuffix(src, decide) || len(src) == len(prelude)+len(decide) {
@@ -58,12 +58,16 @@ func TestDecisionScripts(t *testing.T) {
 		}
 	}
 	all := Decision(names...)
-	if got := len(entry.FindAllString(all, -1)); got != len(names)+1 { // leaky_bucket_shape too
+	if got := len(entry.FindAllString(all, -1)); got != len(names)+2 { // leaky_bucket_shape and fixed_window_calendar too
 		t.Errorf("the script of every algorithm has %d entries, want %d", got, len(names)+1)
 	}
 	if batch := Batch(names...); !strings.HasSuffix(batch, read("decide")+read("batch")) ||
 		strings.TrimSuffix(batch, read("batch")) != strings.TrimSuffix(all, read("one")) {
 		t.Error("the batch script is not the script of every algorithm ending with batch.lua")
+	}
+	if settle := Settle(names...); !strings.HasPrefix(settle, prelude) || !strings.HasSuffix(settle, read("settle")) ||
+		strings.Count(settle, "settle = ")-strings.Count(prelude, "settle = ") != len(names)+2 {
+		t.Errorf("the settlement script is not the prelude, every algorithm with its settle function, and settle.lua")
 	}
 	defer func() {
 		if recover() == nil {

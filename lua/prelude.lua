@@ -1,26 +1,37 @@
--- prelude: starts every decision script; the algorithms' files follow it,
--- then decide.lua, then one.lua (one decision) or batch.lua (several).
+-- prelude: starts every script that makes decisions or settles them; the
+-- algorithms' files follow it, then decide.lua and one.lua (one decision)
+-- or batch.lua (several), or settle.lua (a reservation's settlement).
 --
 -- A decision is one or more limits, decided all or nothing; their keys
 -- share one hash tag (one slot).
 -- KEYS    the state of each limit of the decision, in order.
 -- ARGV    now in microseconds, or "" to read the Redis clock (TIME), so
---         one key always sees one clock; then per limit, in the order of
---         its keys: its cost (events asked for, 0 <= cost <= burst; 0 only
---         reports the state), the name of its algorithm, then that
---         algorithm's own arguments.
--- Reply   see decide.lua.
+--         one key always sees one clock; the id of the reservation the
+--         decision makes ("" for none: only concurrency limits read it);
+--         then per limit, in the order of its keys: its cost (events asked
+--         for, 0 <= cost <= burst; 0 only reports the state), the name of
+--         its algorithm, then that algorithm's own arguments.
+-- Reply   see decide.lua and settle.lua.
 --
--- Each algorithm file adds algorithms.<name> = {args = N, decide = f}.
--- f(key, cost, at, commit) reads its N arguments from ARGV[at] on and
--- returns allowed (0|1), remaining, retry_after, reset_after, delay, next:
--- next is the time until one more event fits (0 when remaining is the
--- burst); durations in microseconds, all integers (floor or ceil after every
--- division, so that state stored in Redis stays exact). It reads the time
--- from `now`. It stores the new state only if it allows and commit is
--- true, which the caller passes only for a cost above 0.
-local now -- the decision's clock in microseconds: decide sets it
+-- Each algorithm file adds algorithms.<name> = {args = N, decide = f,
+-- settle = s}. f(key, cost, at, commit) reads its N arguments from
+-- ARGV[at] on and returns allowed (0|1), remaining, retry_after,
+-- reset_after, delay, next: next is the time until one more event fits (0
+-- when remaining is the burst); durations in microseconds, all integers
+-- (floor or ceil after every division, so that state stored in Redis stays
+-- exact). It reads the time from `now`. It stores the new state only if it
+-- allows and commit is true, which the caller passes only for a cost above
+-- 0. s(key, delta, at, remaining, reset, next) settles a reservation made
+-- at `reserved`, whose decision said remaining, reset and next of the
+-- limit: a delta below 0 gives back -delta events as far as the limit
+-- still holds them (for a meter, the part of the reservation time has not
+-- drained yet); above 0 it charges delta more without denying (a debt, at
+-- most max_debt µs long, that later decisions wait out).
+local now -- the decision's clock in microseconds: decide and settle set it
 local redis_now -- the Redis clock, read at most once per script
+local rid -- the reservation's id, or ""
+local reserved, reserved_n -- settle: when the reservation was made, and its n
+local max_debt = 1125899906842624 -- 2^50 µs, about 35 years: keeps every value exact
 
 -- clock returns the time an ARGV value gives, or the Redis clock for "".
 local function clock(arg)
@@ -31,6 +42,13 @@ local function clock(arg)
     redis_now = time[1] * 1000000 + time[2]
   end
   return redis_now
+end
+
+-- expire sets key's time to live to us microseconds, in whole milliseconds,
+-- at least one; or deletes it when there is nothing to keep.
+local function expire(key, us)
+  if us <= 0 then redis.call('DEL', key) return end
+  redis.call('PEXPIRE', key, math.max(1, math.ceil(us / 1000)))
 end
 
 local algorithms = {}

@@ -2,12 +2,40 @@
 -- last period is one member of a sorted set, scored by its time in µs; an
 -- event at or before now - period has left the window.
 --
--- KEYS    sorted set: member "<µs>:<i>" (i numbers the events admitted in
---         that µs, so members stay unique), score = the µs. Members that
---         left the window are trimmed on every write, so it holds at most
---         burst members; the key expires one period after the last event.
+-- KEYS    sorted set, score = the µs; member "<µs>:<i>" (i numbers the
+--         events admitted in that µs, so members stay unique), or, for a
+--         reservation's events, "<µs>:<id>:<i>", so that its settlement
+--         takes back its own. Members that left the window are trimmed on
+--         every write, so it holds at most burst members (and as many more
+--         in debt); the key expires one period after the last event.
 -- ARGV    period in microseconds; burst: the allowance per window (= rate)
 -- Reply   allowed, remaining, retry_after, reset_after, 0, next
+
+-- log adds events i = from..to at now, named as above, and trims what
+-- has left the window.
+local function log(key, from, to, id, period)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - period)
+  -- string.format, not tostring or `..`: those keep 14 digits of a 16-digit µs
+  local stamp = string.format('%d', now)
+  local base = stamp .. ':'
+  if id == '' then
+    local taken = redis.call('ZCOUNT', key, now, now)
+    from, to = from + taken, to + taken
+  else
+    base = base .. id .. ':'
+  end
+  local batch = {}
+  for i = from, to do
+    batch[#batch + 1] = stamp
+    batch[#batch + 1] = base .. i
+    if #batch >= 1000 or i == to then -- keep unpack within Lua's stack
+      redis.call('ZADD', key, unpack(batch))
+      batch = {}
+    end
+  end
+  expire(key, period)
+end
+
 algorithms.sliding_log = {args = 2, decide = function(key, cost, at, commit)
   local period, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
   local edge = now - period
@@ -27,7 +55,7 @@ algorithms.sliding_log = {args = 2, decide = function(key, cost, at, commit)
   if count + cost > burst then
     -- the (count + cost - burst)-th oldest in the window must leave first
     -- (for a cost of 1 on a full window, the oldest)
-    local k = count + cost - burst - 1
+    local k = math.max(0, count + cost - burst - 1)
     local first = k == 0 and oldest or score(gone + k)
     return 0, burst - count, first + period - now, score(-1) + period - now, 0, next
   end
@@ -35,21 +63,16 @@ algorithms.sliding_log = {args = 2, decide = function(key, cost, at, commit)
     if count == 0 then return 1, burst, 0, 0, 0, 0 end
     return 1, burst - count, 0, score(-1) + period - now, 0, next
   end
-
-  if commit then
-    if gone > 0 then redis.call('ZREMRANGEBYRANK', key, 0, gone - 1) end
-    -- string.format, not tostring or `..`: those keep 14 digits of a 16-digit µs
-    local base, stamp = redis.call('ZCOUNT', key, now, now), string.format('%d', now)
-    local batch = {}
-    for i = 1, cost do
-      batch[#batch + 1] = stamp
-      batch[#batch + 1] = stamp .. ':' .. (base + i - 1)
-      if #batch >= 1000 or i == cost then -- keep unpack within Lua's stack
-        redis.call('ZADD', key, unpack(batch))
-        batch = {}
-      end
-    end
-    redis.call('PEXPIRE', key, math.max(1, math.ceil(period / 1000)))
-  end
+  if commit then log(key, rid == '' and 0 or 1, rid == '' and cost - 1 or cost, rid, period) end
   return 1, burst - count - cost, 0, period, 0, next
+end,
+-- settle takes back the reservation's last -delta events while they are
+-- in the window, or logs delta more at now (at most burst: more would
+-- leave the window at the same instant and change nothing).
+settle = function(key, delta, at)
+  local period, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+  if delta > 0 then return log(key, reserved_n + 1, reserved_n + math.min(delta, burst), rid, period) end
+  local names, stamp = {}, string.format('%d', reserved)
+  for i = math.max(1, reserved_n + delta + 1), reserved_n do names[#names + 1] = stamp .. ':' .. rid .. ':' .. i end
+  for i = 1, #names, 1000 do redis.call('ZREM', key, unpack(names, i, math.min(i + 999, #names))) end
 end}

@@ -5,7 +5,8 @@
 --
 -- KEYS    hash: field = start of a sub-bucket in µs, value = events in it.
 --         Fields that have left the window are deleted on every write, so
---         the hash holds at most k + 1 fields.
+--         the hash holds at most k + 1 fields. Counts above the allowance
+--         are a debt (settle).
 -- ARGV    period in microseconds; burst: the allowance per window
 --         (= rate); k, which divides the period evenly
 -- Reply   allowed, remaining, retry_after, reset_after, 0, next
@@ -76,4 +77,18 @@ algorithms.sliding_window = {args = 3, decide = function(key, cost, at, commit)
   local next = 0 -- µs until one more event fits
   if remaining < burst then next = wait(remaining + 1) end
   return 1, remaining, 0, left, 0, next
+end,
+-- settle takes refunded events out of the sub-bucket they were counted in,
+-- while it is in the window, and counts charged ones in now's.
+settle = function(key, delta, at)
+  local size = tonumber(ARGV[at]) / tonumber(ARGV[at + 2])
+  if delta > 0 then
+    local cur = math.floor(now / size) * size
+    redis.call('HINCRBY', key, string.format('%d', cur), delta)
+    return expire(key, cur + size + tonumber(ARGV[at]) - now)
+  end
+  local field = string.format('%d', math.floor(reserved / size) * size)
+  local have = tonumber(redis.call('HGET', key, field)) or 0
+  if math.min(-delta, have) >= have then redis.call('HDEL', key, field)
+  else redis.call('HINCRBY', key, field, delta) end
 end}

@@ -2,36 +2,38 @@
 --
 -- KEYS    hash {c = credit, t = µs of the last update, u = unit}. No key
 --         means a full bucket. One token is `unit` credit and each µs adds
---         `drip`, so refill is exact.
+--         `drip`, so refill is exact. Credit below 0 is a debt (settle).
 -- ARGV    unit: period / gcd(period, rate); drip: rate / gcd(period, rate);
 --         burst
 -- Reply   allowed, remaining, retry_after, reset_after, 0, next
+
+-- credit returns the credit of key at now, refilled, and the µs it was
+-- last updated; a clock that went backwards refills nothing.
+local function credit_of(key, unit, drip, full)
+  local state = redis.call('HMGET', key, 'c', 't', 'u')
+  local credit, last = tonumber(state[1]), tonumber(state[2])
+  if not credit then return full, now end
+  local stored = tonumber(state[3])
+  if stored and stored ~= unit then -- the limit changed: keep whole tokens
+    local tokens = math.floor(credit / stored)
+    credit = tokens * unit + math.floor((credit - tokens * stored) * unit / stored)
+  end
+  if now > last then
+    credit = credit + (now - last) * drip
+    last = now
+  end
+  return math.min(full, credit), last
+end
+
 algorithms.token_bucket = {args = 3, decide = function(key, cost, at, commit)
   local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   local full = burst * unit
-
-  local state = redis.call('HMGET', key, 'c', 't', 'u')
-  local credit, last = tonumber(state[1]), tonumber(state[2])
-  if not credit then
-    credit, last = full, now
-  else
-    local stored = tonumber(state[3])
-    if stored and stored ~= unit then -- the limit changed: keep whole tokens
-      local tokens = math.floor(credit / stored)
-      credit = tokens * unit + math.floor((credit - tokens * stored) * unit / stored)
-    end
-    if now > last then
-      credit = credit + (now - last) * drip
-      last = now
-    end
-    credit = math.min(full, credit)
-  end
-  -- a clock that went backwards refills nothing and keeps `last`
+  local credit, last = credit_of(key, unit, drip, full)
 
   -- next: µs until one more whole token is in the bucket
   local function next(tokens)
     if tokens >= burst then return 0 end
-    return math.ceil(((tokens + 1) * unit - credit) / drip)
+    return math.ceil(((math.max(0, tokens) + 1) * unit - credit) / drip)
   end
 
   local need = cost * unit
@@ -47,4 +49,17 @@ algorithms.token_bucket = {args = 3, decide = function(key, cost, at, commit)
   end
   local tokens = math.floor(credit / unit)
   return 1, tokens, 0, reset, 0, next(tokens)
+end,
+-- settle takes charged tokens out, into a debt if need be, and puts
+-- refunded ones back as far as refill has not: the reservation left the
+-- bucket full again at reserved + reset (less one µs of rounding).
+settle = function(key, delta, at, remaining, reset)
+  local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+  local full = burst * unit
+  local credit, last = credit_of(key, unit, drip, full)
+  local take = delta * unit
+  if delta < 0 then take = -math.min(-take, math.max(0, reserved + reset - 1 - now) * drip) end
+  credit = math.max(-max_debt * drip, math.min(full, credit - take))
+  redis.call('HSET', key, 'c', credit, 't', last, 'u', unit)
+  expire(key, math.ceil((full - credit) / drip))
 end}

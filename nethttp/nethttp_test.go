@@ -25,6 +25,9 @@ func app(s adaptertest.Spec) (http.Handler, error) {
 	mux.Handle("GET /ping", global(ok))
 	mux.Handle("GET /users/{id}", global(mw(s.Users)(ok)))
 	mux.Handle("POST /login", global(mw(s.Login)(ok)))
+	if s.WorkHandler != nil {
+		mux.Handle("POST /work", global(mw(s.Work)(s.WorkHandler)))
+	}
 	if s.Rules == nil {
 		return mux, nil
 	}

@@ -44,14 +44,19 @@ type Spec struct {
 	Rules   redlimit.Rules // a rules table on every route
 	// RulesOpts are the options of the rules table.
 	RulesOpts []redlimit.Option
+	// Work is the middleware of POST /work, whose handler is WorkHandler
+	// (a net/http one, wrapped in the framework's way).
+	Work        *Mw
+	WorkHandler http.Handler
 }
 
 // Adapter is what the suite needs of a framework.
 type Adapter struct {
 	Name string
 	// App builds an app with the routes GET /ping, GET /users/{id} and
-	// POST /login, each answering 200 "ok", and the middleware of s,
-	// written in the framework's own way. It returns the rules' error.
+	// POST /login, each answering 200 "ok", POST /work served by
+	// s.WorkHandler when it is set, and the middleware of s, written in the
+	// framework's own way. It returns the rules' error.
 	App func(s Spec) (http.Handler, error)
 }
 
@@ -183,6 +188,12 @@ func Run(t *testing.T, a Adapter) {
 		{"ProblemDetails", testProblemDetails},
 		{"RetryAfterJitter", testRetryAfterJitter},
 		{"ResetUnix", testResetUnix},
+		{"FailedLoginsCount", testFailedLoginsCount},
+		{"TokensCharged", testTokensCharged},
+		{"InFlight", testInFlight},
+		{"SlotFreedOnPanic", testSlotFreedOnPanic},
+		{"SlotFreedClientGone", testSlotFreedClientGone},
+		{"StreamingAndHijacked", testStreamingAndHijacked},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

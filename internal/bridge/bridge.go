@@ -25,6 +25,15 @@ var (
 	// as limits) and returns the binding limit's index.
 	Decide any
 
+	// Reserve is
+	//
+	//	func(l *core.Limiter, ctx context.Context, key string, scopes []string,
+	//		limits []core.Limit, n int, each []core.Result) (r *core.Reservation, binding int, err error)
+	//
+	// Decide's Reserve: Concurrency limits too, and a Reservation (never
+	// nil without an error) to settle.
+	Reserve any
+
 	// Check is
 	//
 	//	func(scopes []string, limits []core.Limit) error

@@ -40,7 +40,9 @@ func TestCompareSmoke(t *testing.T) {
 			t.Errorf("%s: %d errors, first: %v", r.name, s.errors, s.firstErr)
 		case !(s.ratio > 0):
 			t.Errorf("%s: ratio to evalsha %v, want positive", r.name, s.ratio)
-		case r.name != "deny-cache" && !(s.callsPerOp > 0 && s.callsPerOp < 1.5):
+		case r.name == "http-cost-refund" && !(s.callsPerOp > 1 && s.callsPerOp < 2.5):
+			t.Errorf("%s: %v script calls per request, want two or fewer: the decision, and the settlement", r.name, s.callsPerOp)
+		case r.name != "deny-cache" && r.name != "http-cost-refund" && !(s.callsPerOp > 0 && s.callsPerOp < 1.5):
 			t.Errorf("%s: %v script calls per decision, want one or fewer (a batch script call holds several)", r.name, s.callsPerOp)
 		}
 	}
@@ -71,7 +73,7 @@ func TestOnlyAndFlags(t *testing.T) {
 	for _, r := range cfg.selected() {
 		names = append(names, r.name)
 	}
-	if got, want := strings.Join(names, ","), "evalsha,core,http-redlimit,http-ulule"; got != want {
+	if got, want := strings.Join(names, ","), "evalsha,core,http-redlimit,http-cost-stands,http-cost-refund,http-ulule"; got != want {
 		t.Errorf("selected rows %s, want %s", got, want)
 	}
 	if !opts.markdown || len(cfg.Goroutines) != 2 || cfg.Keys[0] != 10 {

@@ -162,6 +162,20 @@ var allRows = []*row{
 		},
 	},
 	{
+		name: "http-cost-stands", group: "http", want: true,
+		describe: func(config) string {
+			return "redlimit nethttp.New(core.New(rdb), limit, WithResponseCost(1)): settled at the reserved cost, so no second round trip"
+		},
+		setup: func(e *env) (op, error) { return httpCostOp(e, 1) },
+	},
+	{
+		name: "http-cost-refund", group: "http", want: true,
+		describe: func(config) string {
+			return "redlimit nethttp.New(core.New(rdb), limit, WithResponseCost(0)): every request refunded after its handler, one more round trip"
+		},
+		setup: func(e *env) (op, error) { return httpCostOp(e, 0) },
+	},
+	{
 		name: "http-ulule", group: "http", want: true,
 		describe: func(config) string {
 			return "ulule/limiter v3 stdlib.NewMiddleware with its redis store: defaults (key: RemoteAddr)"
@@ -189,6 +203,18 @@ var allRows = []*row{
 		},
 		setup: func(e *env) (op, error) { return coreOp(e, deniedLimit, false, core.WithDenyCache(0)) },
 	},
+}
+
+// httpCostOp is the http-redlimit row with WithResponseCost returning cost.
+func httpCostOp(e *env, cost int) (op, error) {
+	mw := nethttp.New(core.New(e.rdb), neverLimit,
+		redlimit.WithResponseCost(func(*http.Request, int, http.Header) int { return cost }),
+		redlimit.WithObserver(func(_ *http.Request, d redlimit.Decision) {
+			if d.Err != nil {
+				e.errs.add(d.Err)
+			}
+		}))
+	return httpOp(e, mw(okHandler))
 }
 
 // coreOp makes a core Limiter with opts and returns its decision under

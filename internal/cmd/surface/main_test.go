@@ -4,13 +4,16 @@ import "testing"
 
 // TestBudget: the packages users read stay small. The redesign brought
 // core from 68 exported names to 44 and the root package from 76 to 46;
-// a name added past these bounds needs a reason (and a new bound here).
+// the lifecycle added core's Concurrency, Reserve, Reservation (Result,
+// Settle, Release) and ErrSettled, and the root's WithResponseCost (the
+// redesign issue planned about ten). A name added past these bounds needs
+// a reason (and a new bound here).
 func TestBudget(t *testing.T) {
 	for _, c := range []struct {
 		dir  string
 		most int
 	}{
-		{"../../../core", 45},
+		{"../../../core", 51},
 		{"../../..", 50},
 	} {
 		n, err := count(c.dir)

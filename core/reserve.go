@@ -1,0 +1,154 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+)
+
+// Reserve is AllowAll with a receipt: it admits n events for key under
+// every limit, all or nothing, in one atomic script and one round trip,
+// and returns a Reservation that holds the Result. Any mix of limits works,
+// Concurrency ones included (10/s, 1000/h and 5 in flight in one decision);
+// the others are counted at once, as AllowAll counts them, and Settle
+// corrects them once the true cost is known. A denied Reservation holds
+// nothing. Errors are as AllowAll's, and then the Reservation is nil.
+func (l *Limiter) Reserve(ctx context.Context, key string, limits []Limit, n int) (*Reservation, error) {
+	r, _, err := l.reserve(ctx, key, nil, limits, n, nil)
+	return r, err
+}
+
+// reserve is Reserve with a scope per limit and every limit's result in
+// each (as decide), which also returns the binding limit's index.
+func (l *Limiter) reserve(ctx context.Context, key string, scopes []string, limits []Limit, n int, each []Result) (*Reservation, int, error) {
+	res, i, r, err := l.decision(ctx, key, scopes, limits, n, each, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	if r == nil { // denied, or n = 0: nothing to settle
+		r = &Reservation{}
+	}
+	r.res = res
+	return r, i, nil
+}
+
+// Reservation is the receipt of Reserve: the events it admitted stay
+// counted, and its Concurrency slots held, until Settle or Release says
+// what they really cost. A Reservation nobody settles keeps its count, and
+// its slots until their lease ends. It is safe for concurrent use; only
+// the first Settle or Release settles it.
+type Reservation struct {
+	l     *Limiter
+	res   Result
+	facts []int64 // per limit, what the decision said: remaining, reset_after, next (µs)
+	n     int
+	at    int64  // the decision's clock, µs: when the events were counted
+	id    string // names the reservation's slots and sliding-log entries
+	keys  []string
+	infos []*limitInfo
+	holds bool // some limit holds slots, which a settlement frees whatever the cost
+	done  atomic.Bool
+	// one holds keys, infos and facts of a reservation of one limit, the
+	// common case, so that it costs no allocation of its own.
+	one struct {
+		key   [1]string
+		info  [1]*limitInfo
+		facts [3]int64
+	}
+}
+
+func newReservation(l *Limiter, d *decision, at int64, results []Result) *Reservation {
+	r := &Reservation{l: l, n: d.n, at: at, id: d.rid, holds: d.holds}
+	if d.k == 1 {
+		r.keys, r.infos, r.facts = r.one.key[:0], r.one.info[:0], r.one.facts[:0]
+	}
+	r.keys = append(r.keys, d.keys[:d.k]...)
+	r.infos = append(r.infos, d.infos[:d.k]...)
+	for _, res := range results {
+		r.facts = append(r.facts, int64(res.Remaining), micros(res.ResetAfter), micros(res.NextAfter))
+	}
+	return r
+}
+
+// Result returns the decision the Reservation was made with: Allowed, and
+// the binding limit's Remaining, RetryAfter and ResetAfter, as AllowAll
+// reports them.
+func (r *Reservation) Result() Result { return r.res }
+
+// Settle says once what the reserved events really cost and frees every
+// Concurrency slot the Reservation holds. A cost below n refunds n-cost
+// events to every limit, as if they had never been admitted, as far as the
+// limit still holds them (a window that has passed has nothing left to
+// refund); a cost above n charges cost-n more without denying: the key
+// goes into debt, its Remaining 0 and its RetryAfter counting the whole
+// debt. docs/lifecycle.md says what each algorithm does with it.
+//
+// It is one round trip, sent at most once: an error (a timeout, a lost
+// reply) may or may not have settled, and the Reservation counts as
+// settled either way; its slots then end with their lease. An error
+// wrapping ErrUnavailable (the breaker is open) was not sent: the
+// Reservation is not settled, and may be settled again. None is made
+// when there is nothing to settle (cost n, no slots). A second Settle or
+// Release returns an error wrapping ErrSettled; on a denied Reservation
+// they do nothing and return nil. A negative cost, or one above 1e9, is an
+// error wrapping ErrInvalidCost and settles nothing. It is bounded like a
+// decision, by the Limiter's timeout and ctx.
+func (r *Reservation) Settle(ctx context.Context, cost int) error {
+	if r.l == nil { // denied, or n = 0
+		return nil
+	}
+	if cost < 0 || cost > maxCount {
+		return fmt.Errorf("%w: Settle(%d): want 0 to %d", ErrInvalidCost, cost, maxCount)
+	}
+	if !r.done.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: reservation %s", ErrSettled, r.id)
+	}
+	delta := cost - r.n
+	if delta == 0 && !r.holds {
+		return nil
+	}
+	l := r.l
+	now := l.now()
+	c := l.newLimitsCall(scriptOf(r.infos, true), r.keys, now, r.id).append(r.at, r.n)
+	for i, info := range r.infos {
+		c.args = info.appendArgs(append(c.args, delta, r.facts[3*i], r.facts[3*i+1], r.facts[3*i+2]), now)
+	}
+	_, err := l.run(ctx, c)
+	if errors.Is(err, ErrUnavailable) { // not sent: it may be tried again
+		r.done.Store(false)
+	}
+	if l.deny != nil && (delta < 0 || r.holds) { // freed allowance: cached denials of these keys are stale
+		for _, key := range r.keys {
+			l.deny.reset(key)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("redlimit: settling reservation %s of %d at %d: %w", r.id, r.n, cost, err)
+	}
+	return nil
+}
+
+// Release is Settle with the reserved n: the cost stands, the Concurrency
+// slots are freed.
+func (r *Reservation) Release(ctx context.Context) error { return r.Settle(ctx, r.n) }
+
+// idPrefix makes reservation ids unique across processes: random, drawn
+// once per process; a counter tells a process's apart.
+var (
+	idPrefix = func() string {
+		var b [6]byte
+		_, _ = rand.Read(b[:]) // crypto/rand does not fail on supported platforms
+		return hex.EncodeToString(b[:]) + "-"
+	}()
+	idCounter atomic.Uint64
+)
+
+// nextID returns a new reservation id: unique, short, no '{' or '}'.
+func (l *Limiter) nextID() string {
+	var buf [32]byte
+	return string(strconv.AppendUint(append(buf[:0], idPrefix...), idCounter.Add(1), 36))
+}

@@ -1,0 +1,272 @@
+package adaptertest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
+)
+
+// The cases of a request's life: what a policy does after its handler
+// returns (WithResponseCost, Concurrency limits).
+
+// work is POST /work with body b, from the suite's client.
+func work(h http.Handler, header ...string) *httptest.ResponseRecorder {
+	return req{method: http.MethodPost, path: "/work", headers: header}.send(h)
+}
+
+// testFailedLoginsCount: WithResponseCost(0 for a success) counts only
+// failed attempts: successes are refunded, failures stand.
+func testFailedLoginsCount(t *testing.T, a Adapter) {
+	login := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Password") != "right" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		io.WriteString(w, "ok")
+	})
+	onlyFailures := redlimit.WithResponseCost(func(_ *http.Request, status int, _ http.Header) int {
+		if status < 400 {
+			return 0
+		}
+		return 1
+	})
+	limit := core.Limit{Algorithm: core.SlidingLog, Rate: 3, Period: time.Hour}
+	h := build(t, a, Spec{Limiter: embedded(t), Work: &Mw{limit, []redlimit.Option{onlyFailures}}, WorkHandler: login})
+	for i := 0; i < 5; i++ {
+		expect(t, fmt.Sprintf("good login %d", i+1), work(h, "X-Password", "right"), http.StatusOK, "X-RateLimit-Remaining", "2")
+	}
+	for i := 0; i < 3; i++ {
+		if w := work(h, "X-Password", "wrong"); w.Code != http.StatusUnauthorized {
+			t.Fatalf("failed login %d: %d, want 401", i+1, w.Code)
+		}
+	}
+	expect(t, "a fourth failure within the hour", work(h, "X-Password", "wrong"), http.StatusTooManyRequests)
+	expect(t, "even a good login now", work(h, "X-Password", "right"), http.StatusTooManyRequests)
+}
+
+// testTokensCharged: an LLM-style endpoint reserves an estimate and is
+// charged what its handler reports in a header: less refunds, more puts
+// the key into debt.
+func testTokensCharged(t *testing.T, a Adapter) {
+	llm := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+		// After the body, as a streaming handler would: too late to be
+		// sent, not too late to be read.
+		w.Header().Set("X-Tokens-Used", r.Header.Get("X-Will-Use"))
+	})
+	tokens := redlimit.WithResponseCost(func(_ *http.Request, _ int, h http.Header) int {
+		n, err := strconv.Atoi(h.Get("X-Tokens-Used"))
+		if err != nil {
+			return 10 // the estimate stands
+		}
+		return n
+	})
+	limit := core.Limit{Algorithm: core.TokenBucket, Rate: 100, Period: time.Hour}
+	h := build(t, a, Spec{Limiter: embedded(t), Work: &Mw{limit, []redlimit.Option{redlimit.WithCost(10), tokens}}, WorkHandler: llm})
+	expect(t, "estimate 10, used 4", work(h, "X-Will-Use", "4"), http.StatusOK, "X-RateLimit-Remaining", "90")
+	expect(t, "estimate 10, used 50", work(h, "X-Will-Use", "50"), http.StatusOK, "X-RateLimit-Remaining", "86")
+	expect(t, "estimate 10, used 80", work(h, "X-Will-Use", "80"), http.StatusOK, "X-RateLimit-Remaining", "36")
+	// 100 - 4 - 50 - 80 = -34 tokens now: a debt every request waits out.
+	w := work(h, "X-Will-Use", "1")
+	expect(t, "in debt", w, http.StatusTooManyRequests, "X-RateLimit-Remaining", "0")
+	// 44 tokens to come back at 100 an hour: 26.4 minutes.
+	if ra := w.Header().Get("Retry-After"); ra != "1584" {
+		t.Fatalf("Retry-After %s, want 1584 (the debt and the 10 asked for, at 100 an hour)", ra)
+	}
+}
+
+// gate is a handler that holds requests until told, and says when each
+// has started.
+type gate struct {
+	started chan struct{}
+	release chan struct{}
+}
+
+func newGate() *gate { return &gate{started: make(chan struct{}, 16), release: make(chan struct{})} }
+
+func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.started <- struct{}{}
+	select {
+	case <-g.release:
+	case <-time.After(10 * time.Second):
+	}
+	io.WriteString(w, "ok")
+}
+
+// testInFlight: a Concurrency limit holds a slot per request until its
+// handler returns; the next request past the limit is answered 429, with
+// a Retry-After no longer than the lease; a slot is free again the moment
+// a handler returns.
+func testInFlight(t *testing.T, a Adapter) {
+	g := newGate()
+	h := build(t, a, Spec{Limiter: embedded(t), WorkHandler: g, Work: &Mw{core.Limit{Algorithm: core.Concurrency, Rate: 2, Period: 30 * time.Second},
+		[]redlimit.Option{redlimit.WithHeaders(redlimit.HeadersBoth)}}})
+	done := make(chan *httptest.ResponseRecorder, 2)
+	for i := 0; i < 2; i++ {
+		go func() { done <- work(h) }()
+		<-g.started
+	}
+	w := work(h)
+	expect(t, "a third in flight", w, http.StatusTooManyRequests, "X-RateLimit-Limit", "2", "X-RateLimit-Remaining", "0")
+	if ra, _ := strconv.Atoi(w.Header().Get("Retry-After")); ra < 1 || ra > 30 {
+		t.Fatalf("Retry-After %q, want at most the 30 s lease", w.Header().Get("Retry-After"))
+	}
+	if got := w.Header().Get("RateLimit-Policy"); got != `"2 concurrent lease=30s";q=2;qu="concurrent-requests"` {
+		t.Fatalf("RateLimit-Policy %q, want the quota unit concurrent-requests", got)
+	}
+	g.release <- struct{}{}
+	expect(t, "the first done", <-done, http.StatusOK)
+	go func() { done <- work(h) }()
+	<-g.started // a slot was free: admitted
+	close(g.release)
+	expect(t, "the second done", <-done, http.StatusOK)
+	expect(t, "the third done", <-done, http.StatusOK)
+}
+
+// testSlotFreedOnPanic: a handler that panics frees its slot, and the
+// panic goes on up.
+func testSlotFreedOnPanic(t *testing.T, a Adapter) {
+	boom := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") })
+	h := build(t, a, Spec{Limiter: embedded(t), WorkHandler: boom, Work: &Mw{Limit: core.Limit{Algorithm: core.Concurrency, Rate: 1, Period: time.Hour}}})
+	for i := 0; i < 3; i++ {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "boom") {
+					t.Fatalf("request %d: recovered %v, want the handler's panic", i+1, r)
+				}
+			}()
+			work(h)
+		}()
+	}
+}
+
+// testSlotFreedClientGone: a client that leaves while its request is
+// served frees the slot when the handler returns: the settlement is not
+// bound to the request's context.
+func testSlotFreedClientGone(t *testing.T, a Adapter) {
+	left := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	})
+	h := build(t, a, Spec{Limiter: embedded(t), WorkHandler: left, Work: &Mw{Limit: core.Limit{Algorithm: core.Concurrency, Rate: 1, Period: time.Hour}}})
+	for i := 0; i < 3; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		req{method: http.MethodPost, path: "/work", ctx: ctx}.send(h)
+		cancel()
+	}
+	ok := build(t, a, Spec{Limiter: embedded(t), WorkHandler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
+		Work: &Mw{Limit: core.Limit{Algorithm: core.Concurrency, Rate: 1, Period: time.Hour}}})
+	expect(t, "then a request that stays", work(ok), http.StatusOK, "X-RateLimit-Remaining", "0")
+}
+
+// testStreamingAndHijacked: on a real server, a streaming response holds
+// its slot until the handler returns, and so does a hijacked connection.
+func testStreamingAndHijacked(t *testing.T, a Adapter) {
+	hold, release := make(chan struct{}), make(chan struct{})
+	streaming := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Quick") != "" {
+			io.WriteString(w, "ok")
+			return
+		}
+		if r.Header.Get("Upgrade") != "" {
+			conn, rw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			defer conn.Close()
+			rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\nhello\n")
+			rw.Flush()
+			hold <- struct{}{}
+			<-release
+			return
+		}
+		io.WriteString(w, "first\n")
+		http.NewResponseController(w).Flush()
+		hold <- struct{}{}
+		<-release
+		io.WriteString(w, "last\n")
+	})
+	srv := httptest.NewServer(build(t, a, Spec{Limiter: embedded(t), WorkHandler: streaming,
+		Work: &Mw{Limit: core.Limit{Algorithm: core.Concurrency, Rate: 1, Period: time.Hour}}}))
+	t.Cleanup(srv.Close)
+	post := func(header ...string) (*http.Response, error) {
+		r, _ := http.NewRequest(http.MethodPost, srv.URL+"/work", nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			r.Header.Set(header[i], header[i+1])
+		}
+		return http.DefaultClient.Do(r)
+	}
+	for _, kind := range []string{"streaming", "hijacked"} {
+		done := make(chan error, 1)
+		go func() {
+			if kind == "hijacked" {
+				done <- upgrade(srv.URL)
+				return
+			}
+			resp, err := post()
+			if err == nil {
+				_, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			done <- err
+		}()
+		<-hold
+		resp, err := post()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("%s: a second request while the first is served: %d, want 429", kind, resp.StatusCode)
+		}
+		release <- struct{}{}
+		if err := <-done; err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := post("X-Quick", "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after the hijacking handler was released, the slot is still held: %d", resp.StatusCode)
+		}
+		time.Sleep(10 * time.Millisecond) // the hijacking handler returns after its client reads
+	}
+}
+
+// upgrade sends an Upgrade request over a raw connection and reads the
+// hijacking handler's greeting.
+func upgrade(url string) error {
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /work HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: test\r\nContent-Length: 0\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		return fmt.Errorf("upgrade: %d", resp.StatusCode)
+	}
+	return nil
+}
