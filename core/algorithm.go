@@ -17,10 +17,19 @@ type script struct {
 	src, sha string
 	// The two boxed once, so that no call allocates to pass them.
 	srcArg, shaArg any
-	// decides: a decision script, whose calls may go in a batch script
-	// call (lua/batch.lua).
-	decides bool
+	// batch: how a call of the script goes in a batch script call
+	// (lua/batch.lua), or not at all.
+	batch batchAs
 }
+
+// batchAs says how a script's calls go in a batch script call.
+type batchAs uint8
+
+const (
+	unbatched  batchAs = iota // on their own (Reset's)
+	asDecision                // as decisions
+	asSettle                  // as settlements
+)
 
 func newScript(src string) *script {
 	sum := sha1.Sum([]byte(src))
@@ -181,8 +190,9 @@ func init() {
 		}
 		if d.script == nil {
 			d.script = newScript(lua.Decision(d.file))
-			d.script.decides = true
+			d.script.batch = asDecision
 			d.settle = newScript(lua.Settle(d.file))
+			d.settle.batch = asSettle
 		}
 		if !slices.Contains(files, d.file) {
 			files = append(files, d.file)
@@ -190,8 +200,9 @@ func init() {
 	}
 	slices.Sort(files)
 	mixedScript = newScript(lua.Decision(files...))
-	mixedScript.decides = true
+	mixedScript.batch = asDecision
 	mixedSettle = newScript(lua.Settle(files...))
+	mixedSettle.batch = asSettle
 	batchScript = newScript(lua.Batch(files...))
 }
 

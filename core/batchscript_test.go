@@ -142,6 +142,103 @@ func TestBatchScript(t *testing.T) {
 	}
 }
 
+// TestBatchScriptSettlements: settlements that wait with decisions go in
+// the same call of the batch script: refunds, charges and freed slots each
+// applied once, a settlement Redis refuses (WRONGTYPE) getting Redis's
+// error while the rest go through.
+func TestBatchScriptSettlements(t *testing.T) {
+	t.Parallel()
+	clients := map[string]*redis.Client{
+		"miniredis":  redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}),
+		"standalone": redistest.Standalone(t).Client(t),
+	}
+	for name, rdb := range clients {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			prefix := uniquePrefix()
+			lim := core.New(rdb, core.WithPrefix(prefix), core.WithPipelines(1), patient)
+			gcra := core.PerHour(10)
+			slots := []core.Limit{{Algorithm: core.Concurrency, Rate: 2, Period: time.Hour}, gcra}
+
+			// Reservations: refunded, charged, released (slots), and one whose
+			// key is then replaced by a hash.
+			const n = 8
+			res := make([]*core.Reservation, n)
+			for i := range res {
+				limits := []core.Limit{gcra}
+				if i%4 == 2 {
+					limits = slots
+				}
+				r, err := lim.Reserve(ctx, fmt.Sprint("k", i), limits, 2)
+				if err != nil || !r.Result().Allowed {
+					t.Fatalf("reservation %d: %+v, %v", i, r, err)
+				}
+				res[i] = r
+			}
+			for _, k := range []string{"k3", "k7"} {
+				keys, err := rdb.Keys(ctx, prefix+"*{"+k+"}*").Result()
+				if err != nil || len(keys) != 1 {
+					t.Fatalf("keys %q, %v; want one", keys, err)
+				}
+				if err := rdb.Del(ctx, keys[0]).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := rdb.HSet(ctx, keys[0], "f", 1).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			hold, trips := newHoldHook(false, isDecision), &roundTrips{}
+			rdb.AddHook(hold)
+			rdb.AddHook(trips)
+			_, errs := queueBehind(t, lim, hold, gcra, 2*n, func(i int) (core.Result, error) {
+				if i >= n { // a decision beside each settlement
+					return lim.Allow(ctx, fmt.Sprint("other", i), gcra)
+				}
+				switch i % 4 {
+				case 0:
+					return core.Result{}, res[i].Settle(ctx, 0) // a refund of 2
+				case 1:
+					return core.Result{}, res[i].Settle(ctx, 5) // a charge of 3 more
+				}
+				if i%4 == 2 {
+					return core.Result{}, res[i].Release(ctx) // frees its slots
+				}
+				return core.Result{}, res[i].Settle(ctx, 0) // its key holds a hash: WRONGTYPE
+			})
+			if trips.batchCalls.Load() != 1 || trips.largest.Load() != 2*n || trips.widest.Load() != 1 {
+				t.Fatalf("%d batch script calls, the largest round trip %d calls in %d commands; want one batch call of %d",
+					trips.batchCalls.Load(), trips.largest.Load(), trips.widest.Load(), 2*n)
+			}
+			for i, err := range errs {
+				if i < n && i%4 == 3 {
+					if !redis.HasErrorPrefix(errors.Unwrap(err), "WRONGTYPE") {
+						t.Fatalf("the settlement of a key that holds a hash: %v; want Redis's WRONGTYPE", err)
+					}
+				} else if err != nil {
+					t.Fatalf("call %d: %v", i, err)
+				}
+			}
+			for i := range n {
+				want, limits := map[int]int{0: 10, 1: 5, 2: 8}[i%4], []core.Limit{gcra}
+				if i%4 == 3 {
+					continue
+				}
+				if got, err := lim.AllowAll(ctx, fmt.Sprint("k", i), limits, 0); err != nil || got.Remaining != want {
+					t.Fatalf("reservation %d settled: %+v, %v; want %d remaining", i, got, err, want)
+				}
+				if i%4 == 2 {
+					r, err := lim.Reserve(ctx, fmt.Sprint("k", i), slots[:1], 2)
+					if err != nil || !r.Result().Allowed {
+						t.Fatalf("reservation %d's slots after its Release: %+v, %v; want both free", i, r.Result(), err)
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestBatchScriptOff: WithBatchScript(false), and every Cluster or Ring
 // client, pipeline one script call per decision.
 func TestBatchScriptOff(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 type roundTrips struct {
 	trips, decisions, shared, batchCalls atomic.Int64
 	inFlight, maxInFlight, largest       atomic.Int64
+	widest                               atomic.Int64 // the most commands in one round trip
 }
 
 func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -54,7 +55,7 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 // reset zeroes the counts.
 func (h *roundTrips) reset() {
-	for _, a := range []*atomic.Int64{&h.trips, &h.decisions, &h.shared, &h.batchCalls, &h.maxInFlight, &h.largest} {
+	for _, a := range []*atomic.Int64{&h.trips, &h.decisions, &h.shared, &h.batchCalls, &h.maxInFlight, &h.largest, &h.widest} {
 		a.Store(0)
 	}
 }
@@ -94,6 +95,7 @@ func (h *roundTrips) decisionsIn(cmd redis.Cmder) int64 {
 // the server refused as NOSCRIPT ran no decision: it is not counted.
 func (h *roundTrips) enter(cmds []redis.Cmder) (leave func()) {
 	raise(&h.maxInFlight, h.inFlight.Add(1))
+	raise(&h.widest, int64(len(cmds)))
 	return func() {
 		h.inFlight.Add(-1)
 		var n int64

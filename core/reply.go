@@ -57,16 +57,15 @@ func readReply(reply []int64, limits []Limit, infos []*limitInfo, n int, results
 	return reply[1], nil
 }
 
-// nextReply takes the reply of one decision of `limits` limits off the
-// front of a batch script's reply: that decision's reply, or the error
-// Redis gave it; and returns the rest.
-func nextReply(batch []int64, limits int) (reply, rest []int64, err error) {
+// nextReply takes the reply of one call, n values long, off the front of a
+// batch script's reply: that call's reply, or the error Redis gave it; and
+// returns the rest.
+func nextReply(batch []int64, n int) (reply, rest []int64, err error) {
 	if len(batch) == 0 {
 		return nil, nil, errMalformed
 	}
 	status, batch := batch[0], batch[1:]
 	if status == 1 {
-		n := replyLen(limits)
 		if len(batch) < n {
 			return nil, nil, errMalformed
 		}

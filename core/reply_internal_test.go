@@ -32,15 +32,15 @@ func TestNextReply(t *testing.T) {
 	two := []int64{1, 0, 77, 1, 4, 0, 7, 0, 0, 0, 0, 3, 3, 0, 3} // two limits, the second denies
 	for _, msg := range []string{"", "W", "WRONGT", "WRONGTY", strings.Repeat("é", maxBatchError/2)} {
 		reply := slices.Concat(one, packError(msg), two)
-		mine, rest, err := nextReply(reply, 1)
+		mine, rest, err := nextReply(reply, replyLen(1))
 		if err != nil || !slices.Equal(mine, one[1:]) {
 			t.Fatalf("first: %v, %v", mine, err)
 		}
-		mine, rest, err = nextReply(rest, 1)
+		mine, rest, err = nextReply(rest, replyLen(1))
 		if !redis.HasErrorPrefix(err, msg) || err.Error() != msg || mine != nil {
 			t.Fatalf("message of %d bytes: %q, %v", len(msg), err, mine)
 		}
-		mine, rest, err = nextReply(rest, 2)
+		mine, rest, err = nextReply(rest, replyLen(2))
 		if err != nil || !slices.Equal(mine, two[1:]) || len(rest) != 0 {
 			t.Fatalf("after a message of %d bytes: %v, %v, rest %v", len(msg), mine, err, rest)
 		}
@@ -52,7 +52,7 @@ func TestNextReply(t *testing.T) {
 		"long message":   packError(strings.Repeat("x", maxBatchError+1)),
 		"unknown status": {2, 1, 77, 1, 9, 0, 5, 0, 0},
 	} {
-		if mine, rest, err := nextReply(reply, 1); !errors.Is(err, errMalformed) || mine != nil || rest != nil {
+		if mine, rest, err := nextReply(reply, replyLen(1)); !errors.Is(err, errMalformed) || mine != nil || rest != nil {
 			t.Errorf("%s: %v, %v, rest %v; want errMalformed and nothing else", name, mine, err, rest)
 		}
 	}

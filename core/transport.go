@@ -184,7 +184,7 @@ func (t *trip) answer() {
 				c.answer(nil, u.err)
 				continue
 			}
-			reply, r, err := nextReply(rest, c.args[2].(int))
+			reply, r, err := nextReply(rest, c.replyLen())
 			rest = r
 			c.answer(reply, err)
 		}
@@ -210,7 +210,7 @@ func (t *trip) reset() {
 //     decided by many requests at once) as one call of the batch script per
 //     tag, since their keys are in one slot; the others one call each.
 //     go-redis sends them as one pipeline per node.
-//   - Settlements and resets always on their own.
+//   - Resets always on their own.
 //   - Otherwise every call on its own: WithBatchScript(false) (a proxy that
 //     routes a script by its first key would run a batch of many keys on one
 //     shard), a client that cannot pipeline, or after a single server
@@ -219,11 +219,11 @@ func (tr *transport) plan(t *trip, calls []*call) []unit {
 	units := t.units[:0]
 	mode := tr.mode.Load()
 	if mode != planEach && len(calls) > 1 {
-		// Only decisions go in a batch script call: a settlement or a
-		// reset is a call of its own.
+		// Decisions and settlements go in a batch script call; a reset
+		// is a call of its own.
 		n := 0
 		for i, c := range calls {
-			if c.script.decides {
+			if c.script.batch != unbatched {
 				calls[n], calls[i] = calls[i], calls[n]
 				n++
 			}
@@ -258,6 +258,15 @@ func (tr *transport) plan(t *trip, calls []*call) []unit {
 	return units
 }
 
+// replyLen returns the length of the call's reply: a decision's, or a
+// settlement's {1}.
+func (c *call) replyLen() int {
+	if c.script.batch == asSettle {
+		return 1
+	}
+	return replyLen(c.args[2].(int))
+}
+
 // tag returns the hash tag of the call's keys, which all share it.
 func (c *call) tag() string {
 	key := c.args[3].(string)
@@ -278,9 +287,12 @@ func (t *trip) batchUnit(calls []*call) unit {
 	for _, c := range calls { // KEYS: every decision's
 		t.args = append(t.args, c.args[3:3+c.args[2].(int)]...)
 	}
-	for _, c := range calls { // ARGV: per decision, its KEYS and ARGV counts, its ARGV
+	for _, c := range calls { // ARGV: per call, its KEYS (negative: a settlement's) and ARGV counts, its ARGV
 		n := c.args[2].(int)
 		argv := c.args[3+n:]
+		if c.script.batch == asSettle {
+			n = -n
+		}
 		t.args = append(append(t.args, n, len(argv)), argv...)
 	}
 	// A full slice expression: a later unit's append must not grow this one.

@@ -1,21 +1,23 @@
--- batch: ends a script that makes several independent decisions in one
--- call, one after another, each as one.lua would; the engine sends the
--- decisions that wait together this way to a single Redis server, whose
--- per-call cost it then pays once.
+-- batch: ends a script that makes several independent decisions and
+-- settlements in one call, one after another, each as one.lua or
+-- one_settle.lua would; the engine sends the calls that wait together this
+-- way to a single Redis server, whose per-call cost it then pays once.
 --
--- KEYS    every decision's keys, one decision after another.
--- ARGV    per decision: n, its number of keys; m, its number of arguments;
---         then its m arguments (prelude.lua).
--- Reply   per decision, in order: 1 then decide's reply (decide.lua); or,
---         when Redis refused one of its commands (WRONGTYPE, OOM, READONLY),
+-- KEYS    every call's keys, one call after another.
+-- ARGV    per call: n, its number of keys, negative for a settlement;
+--         m, its number of arguments; then its m arguments (prelude.lua,
+--         settle.lua).
+-- Reply   per call, in order: 1 then decide's or settle's reply; or, when
+--         Redis refused one of its commands (WRONGTYPE, OOM, READONLY),
 --         -len, then the error message (len bytes, at most 240) packed six
 --         bytes to an integer, big-endian, the last holding the rest. A
---         decision's error stops only that decision; what it stored before
---         the error stays, as it would in a script of its own.
+--         call's error stops only that call; what it stored before the
+--         error stays, as it would in a script of its own.
 local out, k, at = {}, 1, 1
 while at <= #ARGV do
-  local n, m = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-  local ok, reply = pcall(decide, k, n, at + 2)
+  local n, m, f = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), decide
+  if n < 0 then n, f = -n, settle end
+  local ok, reply = pcall(f, k, n, at + 2)
   if ok then
     out[#out + 1] = 1
     for i = 1, #reply do out[#out + 1] = reply[i] end

@@ -6,23 +6,25 @@
 -- ARGV    its arguments start at ARGV[at], laid out as in prelude.lua.
 -- Reply   decide returns {allowed, now, then per limit: allowed,
 --         remaining, retry_after, reset_after, delay, next}: now is the
---         decision's clock, which a reservation's settlement reads. When a
+--         decision's clock, which a reservation's settlement reads (0 when
+--         the decision makes no reservation: shorter to send). When a
 --         limit denies, the limits that would have allowed report their
 --         state as it stays: as for cost 0.
 local function decide(k, n, at)
   now = clock(ARGV[at])
   rid = ARGV[at + 1]
+  local at_ = rid == '' and 0 or now
   at = at + 2
   if n == 1 then -- one limit: decide and store in one pass
     local cost = tonumber(ARGV[at])
     local allowed, remaining, retry, reset, delay, next =
       algorithms[ARGV[at + 1]].decide(KEYS[k], cost, at + 2, cost > 0)
-    return {allowed, now, allowed, remaining, retry, reset, delay, next}
+    return {allowed, at_, allowed, remaining, retry, reset, delay, next}
   end
 
   -- Several: decide each without storing. Only if all allow, decide each
   -- again, storing: nothing changed in between, so the answers are the same.
-  local reply, starts, denied = {1, now}, {}, false
+  local reply, starts, denied = {1, at_}, {}, false
   for i = 1, n do
     local cost, alg = tonumber(ARGV[at]), algorithms[ARGV[at + 1]]
     local allowed, remaining, retry, reset, delay, next = alg.decide(KEYS[k + i - 1], cost, at + 2, false)

@@ -7,11 +7,11 @@
 // then one.lua, which makes the one decision in KEYS. So one script
 // decides one limit or several, all or nothing, and a limit's state is the
 // same whichever way it was decided. A batch script ends with batch.lua
-// instead: it makes several independent decisions in one call, for the
-// engine to send what waits together to a single server. A settlement
-// script is the prelude, the algorithms' files and settle.lua: each file
-// adds a settle function beside its decide function, so an algorithm is
-// one file. Every script replies with an array of integers. The scripts are plain text; package core runs them
+// instead: it makes several independent decisions (and settlements) in
+// one call, for the engine to send what waits together to a single
+// server. A settlement script is the prelude, the algorithms' files,
+// settle.lua and one_settle.lua: each algorithm's file adds a settle
+// function beside its decide function, so an algorithm is one file. Every script replies with an array of integers. The scripts are plain text; package core runs them
 // with EVALSHA. This package uses the standard library only and exports
 // nothing that can be reassigned.
 package lua
@@ -30,32 +30,29 @@ var files embed.FS
 // programming error found by the first test that uses it.
 func Decision(names ...string) string { return assemble("one", names) }
 
-// Batch returns the script that makes several decisions in one call, each
-// of the algorithms in the named files (batch.lua). It panics as Decision
-// does.
+// Batch returns the script that makes several decisions and settlements
+// in one call, each of the algorithms in the named files (batch.lua). It
+// panics as Decision does.
 func Batch(names ...string) string { return assemble("batch", names) }
 
 // Settle returns the script that settles a reservation of limits of the
 // algorithms in the named files (settle.lua). It panics as Decision does.
-func Settle(names ...string) string {
-	var b strings.Builder
-	b.WriteString(read("prelude"))
-	for _, name := range names {
-		b.WriteString(read(name))
-	}
-	b.WriteString(read("settle"))
-	return b.String()
-}
+func Settle(names ...string) string { return assemble("one_settle", names) }
 
-// assemble returns the prelude, the named algorithms' files, decide.lua and
-// the file that ends the script.
+// assemble returns the prelude, the named algorithms' files, the functions
+// the end file calls (decide.lua, settle.lua) and the end file.
 func assemble(end string, names []string) string {
 	var b strings.Builder
 	b.WriteString(read("prelude"))
 	for _, name := range names {
 		b.WriteString(read(name))
 	}
-	b.WriteString(read("decide"))
+	if end != "one_settle" {
+		b.WriteString(read("decide"))
+	}
+	if end != "one" {
+		b.WriteString(read("settle"))
+	}
 	b.WriteString(read(end))
 	return b.String()
 }

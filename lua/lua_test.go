@@ -40,7 +40,9 @@ func TestScriptsDocumented(t *testing.T) {
 
 // TestDecisionScripts: a decision script is the prelude, the algorithms'
 // files, each adding its entries to the table, decide.lua and one.lua; a
-// batch script ends with batch.lua instead.
+// batch script ends with settle.lua and batch.lua instead; a settlement
+// script has settle.lua and one_settle.lua where a decision has decide.lua
+// and one.lua.
 func TestDecisionScripts(t *testing.T) {
 	t.Parallel()
 	prelude, decide := read("prelude"), read("decide")+read("one")
@@ -61,13 +63,15 @@ func TestDecisionScripts(t *testing.T) {
 	if got := len(entry.FindAllString(all, -1)); got != len(names)+2 { // leaky_bucket_shape and fixed_window_calendar too
 		t.Errorf("the script of every algorithm has %d entries, want %d", got, len(names)+1)
 	}
-	if batch := Batch(names...); !strings.HasSuffix(batch, read("decide")+read("batch")) ||
-		strings.TrimSuffix(batch, read("batch")) != strings.TrimSuffix(all, read("one")) {
-		t.Error("the batch script is not the script of every algorithm ending with batch.lua")
+	if batch := Batch(names...); !strings.HasSuffix(batch, read("decide")+read("settle")+read("batch")) ||
+		strings.TrimSuffix(batch, read("settle")+read("batch")) != strings.TrimSuffix(all, read("one")) {
+		t.Error("the batch script is not the script of every algorithm ending with settle.lua and batch.lua")
 	}
-	if settle := Settle(names...); !strings.HasPrefix(settle, prelude) || !strings.HasSuffix(settle, read("settle")) ||
+	settle := Settle(names...)
+	if !strings.HasPrefix(settle, prelude) || !strings.HasSuffix(settle, read("settle")+read("one_settle")) ||
+		strings.Contains(settle, read("decide")) ||
 		strings.Count(settle, "settle = ")-strings.Count(prelude, "settle = ") != len(names)+2 {
-		t.Errorf("the settlement script is not the prelude, every algorithm with its settle function, and settle.lua")
+		t.Errorf("the settlement script is not the prelude, every algorithm with its settle function, settle.lua and one_settle.lua")
 	}
 	defer func() {
 		if recover() == nil {

@@ -190,6 +190,7 @@ func Run(t *testing.T, a Adapter) {
 		{"ResetUnix", testResetUnix},
 		{"FailedLoginsCount", testFailedLoginsCount},
 		{"TokensCharged", testTokensCharged},
+		{"InFlightRules", testInFlightRules},
 		{"InFlight", testInFlight},
 		{"SlotFreedOnPanic", testSlotFreedOnPanic},
 		{"SlotFreedClientGone", testSlotFreedClientGone},

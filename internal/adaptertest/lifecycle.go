@@ -134,6 +134,28 @@ func testInFlight(t *testing.T, a Adapter) {
 	expect(t, "the third done", <-done, http.StatusOK)
 }
 
+// testInFlightRules: a rules table's route may hold slots, under its
+// catch-all's rate: both decided as one, the slot held until the handler
+// returns, a request denied by either charged to neither.
+func testInFlightRules(t *testing.T, a Adapter) {
+	g := newGate()
+	rules := redlimit.Rules{"*": "3/m", "POST /work": "1 concurrent lease=30s"}
+	h := build(t, a, Spec{Limiter: embedded(t), Rules: rules, WorkHandler: g})
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- work(h) }()
+	<-g.started
+	expect(t, "a second in flight", work(h), http.StatusTooManyRequests, "X-RateLimit-Limit", "1")
+	expect(t, "another route, under the catch-all", req{method: http.MethodGet, path: "/ping"}.send(h),
+		http.StatusOK, "X-RateLimit-Remaining", "1") // the denied one was charged nothing
+	g.release <- struct{}{}
+	expect(t, "the first done", <-done, http.StatusOK)
+	go func() { done <- work(h) }()
+	<-g.started // its slot was freed: admitted, the catch-all's last
+	close(g.release)
+	expect(t, "the next done", <-done, http.StatusOK)
+	expect(t, "the catch-all spent", work(h), http.StatusTooManyRequests, "X-RateLimit-Limit", "3")
+}
+
 // testSlotFreedOnPanic: a handler that panics frees its slot, and the
 // panic goes on up.
 func testSlotFreedOnPanic(t *testing.T, a Adapter) {
