@@ -154,34 +154,42 @@ func BenchmarkAllowAll(b *testing.B) {
 			return err
 		}},
 	} {
-		b.Run(c.name, func(b *testing.B) {
-			lim := core.New(rdb, core.WithPrefix(uniquePrefix()))
-			if err := c.decide(lim, keys[0]); err != nil { // loads the scripts
-				b.Fatal(err)
-			}
-			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for i := 0; pb.Next(); i++ {
-					if err := c.decide(lim, keys[i%len(keys)]); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.StopTimer()
-			stats, err := redistest.CommandStats(ctx, rdb)
-			if err != nil {
-				b.Fatal(err)
-			}
-			calls := stats["evalsha"].Calls + stats["eval"].Calls
-			b.ReportMetric((stats["evalsha"].Usec+stats["eval"].Usec)/float64(b.N), "server-us/op")
-			b.ReportMetric(calls/float64(b.N), "scripts/op")
-		})
+		b.Run(c.name, func(b *testing.B) { benchScripts(b, rdb, keys, c.decide) })
 	}
+}
+
+// benchScripts runs decide on b.N keys of keys from parallel goroutines,
+// on a fresh Limiter of rdb, and reports the server's script time
+// (server-us/op) and script calls (scripts/op) per run.
+func benchScripts(b *testing.B, rdb *redis.Client, keys []string, decide func(lim *core.Limiter, key string) error) {
+	ctx := context.Background()
+	lim := core.New(rdb, core.WithPrefix(uniquePrefix()))
+	for i := 0; i < 2; i++ { // loads the scripts
+		if err := decide(lim, keys[0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for i := 0; pb.Next(); i++ {
+			if err := decide(lim, keys[i%len(keys)]); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	stats, err := redistest.CommandStats(ctx, rdb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	calls := stats["evalsha"].Calls + stats["eval"].Calls
+	b.ReportMetric((stats["evalsha"].Usec+stats["eval"].Usec)/float64(b.N), "server-us/op")
+	b.ReportMetric(calls/float64(b.N), "scripts/op")
 }
 
 // BenchmarkReserveSettle: what a request's life costs. allow is one
@@ -226,34 +234,6 @@ func BenchmarkReserveSettle(b *testing.B) {
 			return r.Release(ctx)
 		}},
 	} {
-		b.Run(c.name, func(b *testing.B) {
-			lim := core.New(rdb, core.WithPrefix(uniquePrefix()))
-			for i := 0; i < 2; i++ { // loads the scripts
-				if err := c.run(lim, keys[0]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for i := 0; pb.Next(); i++ {
-					if err := c.run(lim, keys[i%len(keys)]); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.StopTimer()
-			stats, err := redistest.CommandStats(ctx, rdb)
-			if err != nil {
-				b.Fatal(err)
-			}
-			calls := stats["evalsha"].Calls + stats["eval"].Calls
-			b.ReportMetric((stats["evalsha"].Usec+stats["eval"].Usec)/float64(b.N), "server-us/op")
-			b.ReportMetric(calls/float64(b.N), "scripts/op")
-		})
+		b.Run(c.name, func(b *testing.B) { benchScripts(b, rdb, keys, c.run) })
 	}
 }
