@@ -49,6 +49,7 @@ const (
 	knobShape                     // Shape, and MaxDelay with it
 	knobMaxDelay                  // MaxDelay
 	knobCalendar                  // Calendar
+	knobPrefetch                  // Prefetch
 )
 
 // descriptor is everything the Limiter knows of one algorithm, or of one
@@ -88,6 +89,11 @@ type descriptor struct {
 	// holds: the limit holds slots that a reservation's settlement frees,
 	// so only Reserve takes it.
 	holds bool
+	// meter: the limit refills continuously, so prefetched events may be
+	// admitted only while they would still be counted (prefetch.go); a
+	// prefetching algorithm without it is a window, whose prefetched
+	// events last until the window ends.
+	meter bool
 }
 
 // algorithms holds the descriptor of every algorithm, by name. Variants
@@ -97,11 +103,12 @@ var algorithms = map[Algorithm]*descriptor{
 		args: func(l Limit) ([maxArgs]int64, int) {
 			return [maxArgs]int64{gcraInterval(l), int64(l.Capacity())}, 2
 		},
-		span: func(l Limit) float64 { return float64(l.Capacity()) * float64(gcraInterval(l)) },
+		span:  func(l Limit) float64 { return float64(l.Capacity()) * float64(gcraInterval(l)) },
+		knobs: knobPrefetch, meter: true,
 	},
-	TokenBucket: {file: "token_bucket", knobs: knobStepped, args: bucketArgs, span: unitSpan},
+	TokenBucket: {file: "token_bucket", knobs: knobStepped | knobPrefetch, meter: true, args: bucketArgs, span: unitSpan},
 	LeakyBucket: {file: "leaky_bucket", knobs: knobShape, args: bucketArgs, span: unitSpan},
-	FixedWindow: {file: "fixed_window", window: true, knobs: knobCalendar, args: windowArgs,
+	FixedWindow: {file: "fixed_window", window: true, knobs: knobCalendar | knobPrefetch, args: windowArgs,
 		span: func(l Limit) float64 { return float64(micros(l.Period)) }},
 	SlidingWindow: {file: "sliding_window", window: true, knobs: knobBuckets,
 		check: func(l Limit) error {
@@ -158,7 +165,7 @@ var shapingLeakyBucket = &descriptor{name: "leaky_bucket_shape", file: "leaky_bu
 // calendarWindow is the FixedWindow with Calendar set: its windows follow
 // the calendar, the boundaries sent with each call.
 var calendarWindow = &descriptor{name: "fixed_window_calendar", file: "fixed_window",
-	suffix: "fixed_window:calendar", window: true, knobs: knobCalendar, bounds: true,
+	suffix: "fixed_window:calendar", window: true, knobs: knobCalendar | knobPrefetch, bounds: true,
 	check: func(l Limit) error {
 		if l.Period != day && l.Period != week && l.Period != month {
 			return fmt.Errorf("a calendar window is a day, a week or a month (\"d\", \"w\", \"month\"), not %v", formatPeriod(l.Period, periodUnits))
@@ -238,12 +245,15 @@ func (l Limit) knobs() knob {
 	if l.Calendar != "" {
 		k |= knobCalendar
 	}
+	if l.Prefetch != 0 {
+		k |= knobPrefetch
+	}
 	return k
 }
 
 // knobNames names each knob as ParseLimit spells it.
 var knobNames = map[knob]string{knobBuckets: "buckets", knobStepped: "stepped",
-	knobShape: "shape", knobMaxDelay: "max_delay", knobCalendar: "calendar"}
+	knobShape: "shape", knobMaxDelay: "max_delay", knobCalendar: "calendar", knobPrefetch: "prefetch"}
 
 // checkKnobs reports a knob that l sets but its algorithm does not read.
 func (l Limit) checkKnobs(d *descriptor) error {
@@ -251,12 +261,15 @@ func (l Limit) checkKnobs(d *descriptor) error {
 	if extra == 0 {
 		return nil
 	}
-	for k := knobBuckets; k <= knobCalendar; k <<= 1 {
+	for k := knobBuckets; k <= knobPrefetch; k <<= 1 {
 		if extra&k == 0 {
 			continue
 		}
-		if k == knobMaxDelay {
+		switch {
+		case k == knobMaxDelay:
 			return fmt.Errorf("max_delay needs shape (a %s that queues)", LeakyBucket)
+		case k == knobPrefetch && (l.Stepped || l.Shape):
+			return fmt.Errorf("prefetch does not go with stepped or shape: their events may not be admitted later than they are counted")
 		}
 		var readers []string
 		for name, other := range algorithms {

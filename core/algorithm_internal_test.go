@@ -68,3 +68,16 @@ func TestKnobErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefetchLeaseMatchesScripts: the scripts keep a prefetch's events
+// counted for as long as the Limiter believes they do.
+func TestPrefetchLeaseMatchesScripts(t *testing.T) {
+	t.Parallel()
+	m := regexp.MustCompile(`(?m)^local prefetch_lease = (\d+)$`).FindStringSubmatch(mixedScript.src)
+	if m == nil {
+		t.Fatal("the scripts define no prefetch_lease")
+	}
+	if us, _ := strconv.ParseInt(m[1], 10, 64); us != prefetchLease.Microseconds() {
+		t.Fatalf("the scripts' prefetch_lease is %d µs, core's prefetchLease %v", us, prefetchLease)
+	}
+}

@@ -237,3 +237,22 @@ func BenchmarkReserveSettle(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) { benchScripts(b, rdb, keys, c.run) })
 	}
 }
+
+// BenchmarkPrefetchHot: one key that never reaches its limit, decided
+// from parallel goroutines with Prefetch 1000: almost every decision is
+// answered in process.
+func BenchmarkPrefetchHot(b *testing.B) {
+	rdb := redistest.Standalone(b).Client(b)
+	lim := core.New(rdb, core.WithPrefix(uniquePrefix()))
+	l := core.Limit{Rate: 1_000_000_000, Period: time.Second, Prefetch: 1000}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if res, err := lim.Allow(ctx, "hot", l); err != nil || !res.Allowed {
+				b.Error(res, err)
+				return
+			}
+		}
+	})
+}

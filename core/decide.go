@@ -20,18 +20,24 @@ type decision struct {
 	never bool   // n is above some limit's capacity: report the state, admit nothing
 	rid   string // the reservation's id ("" when not reserving)
 	holds bool   // a limit holds slots (Concurrency), which only a reservation may take
-	infos [bridge.MaxLimits]*limitInfo
-	keys  [bridge.MaxLimits]string
+	// prefetch is the least Limit.Prefetch of the limits, 0 if one has
+	// none; more asks the script for up to that many events beyond n (a
+	// fetch, prefetch.go), and got is how many it granted.
+	prefetch, more, got int
+	infos               [bridge.MaxLimits]*limitInfo
+	keys                [bridge.MaxLimits]string
 }
 
 // decide makes a decision of n events for id under limits, each kept in
 // its scope (scopes may be nil), in these steps:
 //
 //  1. prepare: check the key, the limits and the cost; name each limit's state;
-//  2. the deny cache: a denial Redis gave moments ago answers at once;
-//  3. ask: one script call, through the breaker and the engine;
-//  4. read: each limit's result from the reply, and the binding one;
-//  5. remember a denial in the deny cache.
+//  2. prefetched allowance, if the limits set Prefetch, answers in process
+//     (prefetch.go), or fetches more with the steps below;
+//  3. the deny cache: a denial Redis gave moments ago answers at once;
+//  4. ask: one script call, through the breaker and the engine;
+//  5. read: each limit's result from the reply, and the binding one;
+//  6. remember a denial in the deny cache.
 //
 // It stores each limit's own result in each, if not nil (as long as
 // limits), and returns the binding result and its index.
@@ -58,7 +64,18 @@ func (l *Limiter) decision(ctx context.Context, id string, scopes []string, limi
 	if each != nil {
 		results = each[:len(limits)]
 	}
+	if d.prefetch > 0 && !reserve && n > 0 && !d.never {
+		res, i, err := l.prefetched(ctx, &d, id, limits, results)
+		return res, i, nil, err
+	}
+	return l.remote(ctx, &d, id, limits, results, reserve)
+}
 
+// remote is a decision's steps from the deny cache on: it asks Redis. It
+// returns a Reservation when reserve is set, or when d fetched events to
+// hold (d.got of them beyond n), and the decision allowed.
+func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []Limit, results []Result, reserve bool) (Result, int, *Reservation, error) {
+	n := d.n
 	now := l.now()
 	var cacheID string
 	var seq uint64
@@ -74,10 +91,10 @@ func (l *Limiter) decision(ctx context.Context, id string, scopes []string, limi
 		seq = l.deny.sent()
 	}
 
-	reply, err := l.ask(ctx, &d, now)
+	reply, err := l.ask(ctx, d, now)
 	var at int64 // the decision's clock, µs
 	if err == nil {
-		at, err = readReply(reply, limits, d.infos[:d.k], n, results)
+		at, d.got, err = readReply(reply, limits, d.infos[:d.k], n, results)
 	}
 	if err != nil {
 		// A copy of id: were id itself to reach the heap, so would the
@@ -91,10 +108,17 @@ func (l *Limiter) decision(ctx context.Context, id string, scopes []string, limi
 	case refresh: // allowed after all: another process reset or raised a limit
 		l.deny.forget(cacheID)
 	}
-	if !reserve || !res.Allowed || n == 0 {
+	switch {
+	case !res.Allowed || n == 0:
 		return res, i, nil, nil
+	case reserve:
+		return res, i, newReservation(l, d, at, results), nil
+	case d.got > 0: // a fetch: its give-back is a refund marked "+" (lua/gcra.lua)
+		r := newReservation(l, d, at, results)
+		r.n, r.id = n+d.got, "+"
+		return res, i, r, nil
 	}
-	return res, i, newReservation(l, &d, at, results), nil
+	return res, i, nil, nil
 }
 
 // prepare checks the arguments of a decision and fills d: each limit's
@@ -110,7 +134,9 @@ func (l *Limiter) prepare(d *decision, id string, scopes []string, limits []Limi
 		return fmt.Errorf("%w: n=%d must not be negative", ErrInvalidCost, n)
 	}
 	d.k, d.n = len(limits), n
+	d.prefetch = limits[0].Prefetch
 	for i, limit := range limits {
+		d.prefetch = min(d.prefetch, limit.Prefetch)
 		info, err := infos.get(limit)
 		if err != nil {
 			return err
@@ -154,7 +180,11 @@ func (l *Limiter) ask(ctx context.Context, d *decision, now time.Time) ([]int64,
 	if d.never {
 		cost = 0
 	}
-	c := l.newLimitsCall(scriptOf(d.infos[:d.k], false), d.keys[:d.k], now, d.rid)
+	rid := d.rid
+	if d.more > 0 {
+		rid = fetchID(d.more)
+	}
+	c := l.newLimitsCall(scriptOf(d.infos[:d.k], false), d.keys[:d.k], now, rid)
 	for _, info := range d.infos[:d.k] {
 		c.args = info.appendArgs(append(c.args, cost), now)
 	}
@@ -243,6 +273,7 @@ func (l *Limiter) reset(ctx context.Context, scope, key string, limit Limit) err
 	if l.deny != nil { // after the reset, so that denials sent meanwhile go too
 		l.deny.reset(name)
 	}
+	l.forgetLeases(name)
 	if err != nil {
 		return fmt.Errorf("redlimit: reset %v state of %q: %w", limit, key, err)
 	}

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redlimit/redlimit/core"
@@ -87,4 +88,29 @@ func ExampleLimit_calendar() {
 	// Output:
 	// 3/d fixed_window calendar=Europe/Berlin 0 left, resets in 30m0s
 	// true 2 left, resets in 24h0m0s
+}
+
+// A hot key with Prefetch: the Limiter takes allowance from Redis ahead of
+// demand and answers from it in process (Result.Cached), asking for more
+// each time it runs out, up to Prefetch at a time: here, a burst of 16 at
+// one instant needs 5 round trips, then 1 per 9 decisions.
+func ExampleLimit_prefetch() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	lim := core.New(rdb, core.WithClock(func() time.Time { return t0 }))
+	hot, err := core.ParseLimit("1000/s prefetch=8")
+	if err != nil {
+		panic(err)
+	}
+	var trips []string
+	for i := 0; i < 16; i++ {
+		res, _ := lim.Allow(context.Background(), "search", hot)
+		if res.Cached {
+			trips = append(trips, ".")
+		} else {
+			trips = append(trips, "R")
+		}
+	}
+	fmt.Println(strings.Join(trips, ""))
+	// Output: RR.R..R....R....
 }

@@ -123,3 +123,33 @@ func (l Local) Allow(key string, scopes []string, limits []Limit, n int, each []
 
 // Size returns how many states the fallback keeps.
 func (l Local) Size() int { return l.size() }
+
+// WithFixedPrefetch makes every fetch ask for Prefetch events rather
+// than adapt to the demand.
+func WithFixedPrefetch() Option { return func(l *Limiter) { l.fixedPrefetch = true } }
+
+// Held returns how many prefetched events the Limiter holds for key under
+// limit (in scope ""), and whether it may still use them now.
+func (l *Limiter) Held(key string, limit Limit) (int, bool) {
+	info, err := infos.get(limit)
+	if err != nil {
+		return 0, false
+	}
+	v, ok := l.leases.Load(stateKey(l.prefix, "", key, info))
+	if !ok {
+		return 0, false
+	}
+	g := v.(*lease).g.Load()
+	if g == nil {
+		return 0, false
+	}
+	left := g.left.Load()
+	return int(left), l.now().Before(g.deadline(left))
+}
+
+// Leases returns how many keys the Limiter keeps prefetch leases for.
+func (l *Limiter) Leases() int {
+	n := 0
+	l.leases.Range(func(any, any) bool { n++; return true })
+	return n
+}

@@ -105,6 +105,19 @@ type Limit struct {
 	// means none. Other algorithms: must be "". A binary on a system without
 	// the zone database (/usr/share/zoneinfo) imports time/tzdata.
 	Calendar string
+	// Prefetch lets each Limiter take up to Prefetch events more than a
+	// decision asks for, when they fit, and admit them in process
+	// afterwards: for a hot key, most decisions then make no round trip.
+	// What it takes and does not use in time it gives back. Admissions
+	// stay exact: summed over every instance, nothing is admitted that the
+	// limit would not have admitted without it; what it may cost is
+	// admitting less, at most Prefetch events per Limiter at a time.
+	// docs/lifecycle.md#prefetch says how. 0 (the default) means none; at
+	// most the limit's Capacity. Only GCRA, TokenBucket (not Stepped) and
+	// FixedWindow (calendar included) read it; in a decision of several
+	// limits it applies only when every limit sets it, and Reserve ignores
+	// it. It is not part of the state's key.
+	Prefetch int
 }
 
 // PerSecond returns a GCRA limit of rate events per second, bursts up to rate.
@@ -154,6 +167,10 @@ func (l Limit) Validate() error {
 		err = fmt.Errorf("burst %d must not be negative (0 means rate)", l.Burst)
 	case l.Burst > maxCount:
 		err = fmt.Errorf("burst %d is above the maximum %d", l.Burst, maxCount)
+	case l.Prefetch < 0:
+		err = fmt.Errorf("prefetch %d must not be negative (0 means none)", l.Prefetch)
+	case l.Prefetch > l.Capacity():
+		err = fmt.Errorf("prefetch %d is above the %d events that can pass at once", l.Prefetch, l.Capacity())
 	case d.window && l.Burst != 0 && l.Burst != l.Rate:
 		err = fmt.Errorf("%s allows rate events per window; burst %d must be 0 or equal to rate %d",
 			l.algorithm(), l.Burst, l.Rate)
@@ -228,6 +245,10 @@ func (l Limit) String() string {
 		b.WriteString(" calendar=")
 		b.WriteString(l.Calendar)
 	}
+	if l.Prefetch != 0 {
+		b.WriteString(" prefetch=")
+		b.WriteString(strconv.Itoa(l.Prefetch))
+	}
 	return b.String()
 }
 
@@ -270,7 +291,7 @@ func formatPeriod(d time.Duration, units []periodUnit) string {
 
 // ParseLimit reads a limit written as
 //
-//	RATE/PERIOD [ALGORITHM] [burst=N] [buckets=N] [stepped] [shape] [max_delay=DURATION] [calendar[=ZONE]]
+//	RATE/PERIOD [ALGORITHM] [burst=N] [buckets=N] [stepped] [shape] [max_delay=DURATION] [calendar[=ZONE]] [prefetch=N]
 //	RATE concurrent [lease=DURATION]
 //
 // RATE is a positive decimal integer. PERIOD is a duration in Go's syntax
@@ -290,7 +311,7 @@ func formatPeriod(d time.Duration, units []periodUnit) string {
 // Examples: "100/m", "5/10s", "5000/d", "20/s token_bucket burst=40",
 // "100/m sliding_window buckets=6", "2/s leaky_bucket burst=10 shape max_delay=3s",
 // "1000/d calendar=Europe/Berlin", "100000/month fixed_window calendar",
-// "10 concurrent", "3 concurrent lease=30s".
+// "10 concurrent", "3 concurrent lease=30s", "50000/s prefetch=100".
 //
 // The result is validated: errors wrap ErrInvalidLimit and name the part of
 // s that is wrong.
@@ -346,6 +367,8 @@ func ParseLimit(s string) (Limit, error) {
 			l.Buckets, err = parseCount(value)
 		case name == "max_delay" && hasValue:
 			l.MaxDelay, err = parsePeriod(value)
+		case name == "prefetch" && hasValue:
+			l.Prefetch, err = parseCount(value)
 		case name == "lease" && hasValue && l.Algorithm == Concurrency:
 			l.Period, err = parsePeriod(value)
 		case name == "calendar" && !hasValue:
@@ -357,7 +380,7 @@ func ParseLimit(s string) (Limit, error) {
 		case f == "shape":
 			l.Shape = true
 		default:
-			return bad("unknown option %q (want an algorithm: %s; or burst=N, buckets=N, stepped, shape, max_delay=DURATION, calendar[=ZONE]; a concurrency limit takes lease=DURATION)", f, algorithmNames())
+			return bad("unknown option %q (want an algorithm: %s; or burst=N, buckets=N, stepped, shape, max_delay=DURATION, calendar[=ZONE], prefetch=N; a concurrency limit takes lease=DURATION)", f, algorithmNames())
 		}
 		if err != nil {
 			return bad("%s %v", name, err)

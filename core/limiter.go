@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,13 +35,18 @@ const maxKeyLen = 1024
 // a limit whose Rate or Burst changes keeps its state, and limits of
 // different periods or algorithms on one key keep apart.
 type Limiter struct {
-	prefix  string
-	clock   func() time.Time // nil: the Redis server's
-	timeout time.Duration
-	log     *slog.Logger
-	engine  *engine
-	deny    *denyCache // nil: off
-	breaker breaker
+	prefix   string
+	clock    func() time.Time // nil: the Redis server's
+	timeout  time.Duration
+	log      *slog.Logger
+	engine   *engine
+	deny     *denyCache // nil: off
+	breaker  breaker
+	leases   sync.Map    // prefetched allowance: a decision's cache id -> *lease (prefetch.go)
+	sweeping atomic.Bool // a goroutine sweeps leases
+	// fixedPrefetch makes every fetch ask for Prefetch events rather than
+	// adapt; only tests and benchmarks that compare the two set it.
+	fixedPrefetch bool
 
 	// set by options, read by New
 	batch, pipelines int

@@ -32,12 +32,13 @@ var errMalformed = errors.New("redlimit: a script's reply is malformed")
 func replyLen(limits int) int { return 2 + replyWidth*limits }
 
 // readReply stores in results (one per limit) what reply, a decision's,
-// says of each limit, and returns the decision's clock in µs. An n above a
-// limit's capacity was sent as 0, to report the state: it is never
-// allowed, RetryAfter InfDuration.
-func readReply(reply []int64, limits []Limit, infos []*limitInfo, n int, results []Result) (int64, error) {
+// says of each limit, and returns the decision's clock in µs and the
+// events a prefetch took beyond the cost. An n above a limit's capacity
+// was sent as 0, to report the state: it is never allowed, RetryAfter
+// InfDuration.
+func readReply(reply []int64, limits []Limit, infos []*limitInfo, n int, results []Result) (int64, int, error) {
 	if len(reply) != replyLen(len(limits)) {
-		return 0, fmt.Errorf("%w: %d values for %d limits, want %d", errMalformed, len(reply), len(limits), replyLen(len(limits)))
+		return 0, 0, fmt.Errorf("%w: %d values for %d limits, want %d", errMalformed, len(reply), len(limits), replyLen(len(limits)))
 	}
 	for i, l := range limits {
 		r := reply[2+replyWidth*i:]
@@ -54,7 +55,7 @@ func readReply(reply []int64, limits []Limit, infos []*limitInfo, n int, results
 			results[i].Allowed, results[i].RetryAfter = false, InfDuration
 		}
 	}
-	return reply[1], nil
+	return reply[1], int(max(0, reply[0]-1)), nil
 }
 
 // nextReply takes the reply of one call, n values long, off the front of a

@@ -2,8 +2,10 @@ package core
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlimit/redlimit/internal/bridge"
@@ -128,18 +130,19 @@ const maxCachedLimits = 1024
 // limits are worked out per call.
 var infos limitCache
 
+// limitCache is copied on write: a decision reads it with one atomic load,
+// no lock whose counter every core would share.
 type limitCache struct {
-	mu sync.RWMutex
-	m  map[Limit]*limitInfo
+	m  atomic.Pointer[map[Limit]*limitInfo]
+	mu sync.Mutex // writers
 }
 
 // get returns the limitInfo of l, or the error that makes l invalid.
 func (c *limitCache) get(l Limit) (*limitInfo, error) {
-	c.mu.RLock()
-	info, ok := c.m[l]
-	c.mu.RUnlock()
-	if ok {
-		return info, nil
+	if m := c.m.Load(); m != nil {
+		if info, ok := (*m)[l]; ok {
+			return info, nil
+		}
 	}
 	if err := l.Validate(); err != nil {
 		return nil, err
@@ -153,7 +156,7 @@ func (c *limitCache) get(l Limit) (*limitInfo, error) {
 	if c := period[0]; c < '0' || c > '9' {
 		period = "1" + period // keys always write the count: "1m"
 	}
-	info = &limitInfo{d: d, capacity: l.Capacity(), period: period,
+	info := &limitInfo{d: d, capacity: l.Capacity(), period: period,
 		state: ":" + variant + ":" + period, args: make([]any, 1+n)}
 	if d.bounds {
 		var err error
@@ -166,12 +169,22 @@ func (c *limitCache) get(l Limit) (*limitInfo, error) {
 		info.args[1+i] = argv[i]
 	}
 	c.mu.Lock()
-	if c.m == nil {
-		c.m = make(map[Limit]*limitInfo)
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old == nil || len(*old) < maxCachedLimits {
+		m := make(map[Limit]*limitInfo, 1+lenOf(old))
+		if old != nil {
+			maps.Copy(m, *old)
+		}
+		m[l] = info
+		c.m.Store(&m)
 	}
-	if len(c.m) < maxCachedLimits {
-		c.m[l] = info
-	}
-	c.mu.Unlock()
 	return info, nil
+}
+
+func lenOf(m *map[Limit]*limitInfo) int {
+	if m == nil {
+		return 0
+	}
+	return len(*m)
 }

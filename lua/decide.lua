@@ -3,9 +3,12 @@
 -- else it stores nothing.
 --
 -- KEYS    the decision's keys are KEYS[k .. k+n-1].
--- ARGV    its arguments start at ARGV[at], laid out as in prelude.lua.
+-- ARGV    its arguments start at ARGV[at], laid out as in prelude.lua. A
+--         reservation id of "+M" asks for a prefetch: up to M events more
+--         than the cost, under every limit, as many as fit now.
 -- Reply   decide returns {allowed, now, then per limit: allowed,
---         remaining, retry_after, reset_after, delay, next}: now is the
+--         remaining, retry_after, reset_after, delay, next}: allowed is 0,
+--         or 1 plus the events a prefetch took beyond the cost; now is the
 --         decision's clock, which a reservation's settlement reads (0 when
 --         the decision makes no reservation: shorter to send). When a
 --         limit denies, the limits that would have allowed report their
@@ -13,20 +16,34 @@
 local function decide(k, n, at)
   now = clock(ARGV[at])
   rid = ARGV[at + 1]
-  local at_ = rid == '' and 0 or now
+  local more = 0
+  if string.byte(rid) == 43 then -- "+M": a prefetch, no reservation id
+    more, rid = tonumber(string.sub(rid, 2)), ''
+  end
+  local stamp = (rid == '' and more == 0) and 0 or now
   at = at + 2
+  if more > 0 then -- as many more as fit now under every limit, up to M
+    local a = at
+    for i = 1, n do
+      local cost, alg = tonumber(ARGV[a]), algorithms[ARGV[a + 1]]
+      local _, remaining = alg.decide(KEYS[k + i - 1], 0, a + 2, false)
+      more = math.max(0, math.min(more, remaining - cost))
+      a = a + 2 + alg.args
+    end
+  end
+  fetching = more
   if n == 1 then -- one limit: decide and store in one pass
-    local cost = tonumber(ARGV[at])
+    local cost = tonumber(ARGV[at]) + more
     local allowed, remaining, retry, reset, delay, next =
       algorithms[ARGV[at + 1]].decide(KEYS[k], cost, at + 2, cost > 0)
-    return {allowed, at_, allowed, remaining, retry, reset, delay, next}
+    return {allowed * (1 + more), stamp, allowed, remaining, retry, reset, delay, next}
   end
 
   -- Several: decide each without storing. Only if all allow, decide each
   -- again, storing: nothing changed in between, so the answers are the same.
-  local reply, starts, denied = {1, at_}, {}, false
+  local reply, starts, denied = {1 + more, stamp}, {}, false
   for i = 1, n do
-    local cost, alg = tonumber(ARGV[at]), algorithms[ARGV[at + 1]]
+    local cost, alg = tonumber(ARGV[at]) + more, algorithms[ARGV[at + 1]]
     local allowed, remaining, retry, reset, delay, next = alg.decide(KEYS[k + i - 1], cost, at + 2, false)
     denied = denied or allowed == 0
     local r = #reply
@@ -36,9 +53,10 @@ local function decide(k, n, at)
     at = at + 2 + alg.args
   end
   for i = 1, n do
-    local cost, alg, r = tonumber(ARGV[starts[i]]), algorithms[ARGV[starts[i] + 1]], 3 + (i - 1) * 6
-    if not denied and cost > 0 then
-      alg.decide(KEYS[k + i - 1], cost, starts[i] + 2, true)
+    local cost, alg, r = tonumber(ARGV[starts[i]]) + more, algorithms[ARGV[starts[i] + 1]], 3 + (i - 1) * 6
+    if not denied and cost > 0 then -- the same answers, but a prefetch's that counts more
+      reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] =
+        alg.decide(KEYS[k + i - 1], cost, starts[i] + 2, true)
     elseif denied and cost > 0 and reply[r] == 1 then -- report the state it keeps
       reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] =
         alg.decide(KEYS[k + i - 1], 0, starts[i] + 2, false)

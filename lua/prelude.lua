@@ -7,7 +7,8 @@
 -- KEYS    the state of each limit of the decision, in order.
 -- ARGV    now in microseconds, or "" to read the Redis clock (TIME), so
 --         one key always sees one clock; the id of the reservation the
---         decision makes ("" for none: only concurrency limits read it);
+--         decision makes ("" for none: only concurrency limits and the
+--         sliding log read it; "+M" for a prefetch, see decide.lua);
 --         then per limit, in the order of its keys: its cost (events asked
 --         for, 0 <= cost <= burst; 0 only reports the state), the name of
 --         its algorithm, then that algorithm's own arguments.
@@ -29,7 +30,11 @@
 -- most max_debt µs long, that later decisions wait out).
 local now -- the decision's clock in microseconds: decide and settle set it
 local redis_now -- the Redis clock, read at most once per script
-local rid -- the reservation's id, or ""
+local rid -- the reservation's id, or "" (settle: "+" for a prefetch's give-back)
+local fetching = 0 -- the events a decision prefetches beyond its cost (decide.lua)
+-- prefetch_lease: µs a meter keeps prefetched events counted at least
+-- (gcra.lua; prefetchLease in core/prefetch.go)
+local prefetch_lease = 20000
 local reserved, reserved_n -- settle: when the reservation was made, and its n
 local max_debt = 1125899906842624 -- 2^50 µs, about 35 years: keeps every value exact
 

@@ -103,6 +103,17 @@ var allRows = []*row{
 		setup: func(e *env) (op, error) { return coreOp(e, neverLimit, true) },
 	},
 	{
+		name: "core-prefetch", group: "decide", want: true,
+		describe: func(config) string {
+			return "redlimit core.New(rdb).Allow, GCRA with Prefetch 1000: a Limiter takes up to 1000 events of a key at a time and admits them in process"
+		},
+		setup: func(e *env) (op, error) {
+			l := neverLimit
+			l.Prefetch = 1000
+			return coreOp(e, l, true)
+		},
+	},
+	{
 		name: "core-pipeline", group: "decide", want: true,
 		describe: func(config) string {
 			return "redlimit core.New(rdb, WithBatchScript(false)).Allow, GCRA: a batch goes as a pipeline of one script call per decision"
