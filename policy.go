@@ -118,6 +118,7 @@ type policy struct {
 	log      *slog.Logger
 	errLog   throttle
 	dryLog   throttle
+	keyLog   throttle // requests without a key or with invalid limits
 }
 
 func (p *policy) policyFor(*http.Request) *policy { return p }
@@ -259,7 +260,7 @@ func (p *policy) verdict(r *http.Request, s *scratch) (Decision, []quota) {
 		quotas, err = p.requestQuotas(r)
 	}
 	if err != nil {
-		return p.invalid(d, err), nil
+		return p.invalid(r, d, err), nil
 	}
 
 	s.n = len(quotas)
@@ -283,7 +284,7 @@ func (p *policy) verdict(r *http.Request, s *scratch) (Decision, []quota) {
 	case d.Err == nil:
 		d.Outcome = OutcomeAllowed
 	case isInputError(d.Err): // limits a request picked, or its key: never a pass
-		return p.invalid(d, d.Err), nil
+		return p.invalid(r, d, d.Err), nil
 	case r.Context().Err() != nil: // the client left: not Redis's fault
 		d.Outcome, d.Status, d.Err = OutcomeError, http.StatusServiceUnavailable, r.Context().Err()
 		return d, nil
@@ -328,11 +329,17 @@ func (p *policy) verdict(r *http.Request, s *scratch) (Decision, []quota) {
 }
 
 // invalid is the verdict on a request without a key, or whose limits are
-// wrong: 400, or a pass in a dry run.
-func (p *policy) invalid(d Decision, err error) Decision {
+// wrong: 400, or a pass in a dry run. It is logged at warn level, at most
+// once a second per policy, with the error and how many it left out: a
+// key function that never finds its key answers every request 400.
+func (p *policy) invalid(r *http.Request, d Decision, err error) Decision {
 	d.Outcome, d.Err = OutcomeInvalid, err
 	if !p.dryRun {
 		d.Status = http.StatusBadRequest
+	}
+	if skipped, ok := p.keyLog.allow(time.Now()); ok {
+		p.log.WarnContext(r.Context(), "redlimit: request without a rate limit key or with invalid limits", "policy", p.name,
+			"status", d.Status, "error", err, "requests_not_logged", skipped)
 	}
 	return d
 }

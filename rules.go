@@ -10,16 +10,19 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/internal/bridge"
+	rulepattern "github.com/redlimit/redlimit/internal/pattern"
 )
 
-// ErrInvalidRules is wrapped by the errors of ParseRules and NewRuleSet for
-// a rules table that is not one: a document that is not a JSON object of
-// pattern to limit string, a table without rules, a pattern given twice, a
-// limit that is empty or not a string. None of these is ever taken to mean
-// "no limit".
+// ErrInvalidRules is wrapped by the errors of ParseRules, NewRuleSet and
+// RuleSet.Update for a rules table that is not one: a document that is not
+// a JSON object of pattern to limit string, a table without rules, a
+// pattern given twice, a limit that is empty or not a string, and a
+// pattern no request can match (see Rules). None of these is ever taken to
+// mean "no limit".
 var ErrInvalidRules = errors.New("redlimit: invalid rules")
 
 // Rules maps route patterns to limit strings, for many routes in one place:
@@ -28,6 +31,12 @@ var ErrInvalidRules = errors.New("redlimit: invalid rules")
 //
 // A pattern is a net/http ServeMux pattern ("[METHOD ][HOST]/path", with
 // {name} and {name...} wildcards); a trailing "*" is short for "{rest...}".
+// A pattern no request can match is an error, never a rule that silently
+// limits nothing: a method in lower case ("get /search") or not one of
+// RFC 9110's or WebDAV's, another router's syntax (gin's and echo's ":id"
+// and "*name", chi's "{id:[0-9]+}"), and a path no router produces (no
+// leading '/', "//", "." or ".." segments, a query). A host must look like
+// one ("api.example.com/", "localhost:8080/").
 // A limit string is what core.ParseLimits reads: one limit, or several
 // decided together ("5/m, 20/d"). Each request is limited by the one rule
 // whose pattern matches it most specifically, with ServeMux's precedence,
@@ -81,6 +90,11 @@ func ParseRules(data []byte) (Rules, error) {
 		}
 		if _, dup := rules[pattern]; dup {
 			return nil, fmt.Errorf("%w: pattern %q is given twice", ErrInvalidRules, pattern)
+		}
+		if pattern != catchAll {
+			if _, err := rulepattern.Parse(pattern); err != nil {
+				return nil, fmt.Errorf("%w: rule %q: %w", ErrInvalidRules, pattern, err)
+			}
 		}
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
@@ -148,52 +162,114 @@ func abbreviate(raw []byte) string {
 
 // RuleSet is a compiled Rules table, a Policy that limits each request by
 // the rule that matches it. Build it with NewRuleSet (the zero RuleSet is
-// not usable). It is safe for concurrent use.
+// not usable); Update replaces its rules while it serves. It is safe for
+// concurrent use.
 type RuleSet struct {
+	lim   *core.Limiter
+	conf  config                    // the options of every rule, checked by NewRuleSet
+	local fallback                  // FailLocal's, one for the set, whatever its updates
+	table atomic.Pointer[ruleTable] // what requests are matched against; never nil once built
+}
+
+// ruleTable is the compiled rules of a RuleSet: built whole, only read
+// afterwards, and replaced whole by Update.
+type ruleTable struct {
 	mux      *http.ServeMux
 	catchAll *policy // the "*" rule, or nil
 }
 
 // catchAll is the pattern of the rule whose limits apply to every request.
-const catchAll = "*"
+const catchAll = rulepattern.CatchAll
 
 // NewRuleSet checks every rule and builds its policy with opts (each
 // policy's name is its pattern, whatever opts say; WithAlso and
 // WithRequestLimits are not for rules). Errors name the rule that is wrong;
-// a bad limit wraps core.ErrInvalidLimit. A table without rules (nil or
-// empty) is an error wrapping ErrInvalidRules, as it is for ParseRules.
+// a bad limit wraps core.ErrInvalidLimit, a pattern no request can match
+// ErrInvalidRules. A table without rules (nil or empty) is an error
+// wrapping ErrInvalidRules, as it is for ParseRules.
 func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error) {
-	if len(rules) == 0 {
-		return nil, errNoRules
-	}
 	c := newConfig(opts)
 	if c.pick != nil || len(c.also) > 0 {
 		return nil, errors.New("redlimit: WithAlso and WithRequestLimits are not for rules: write the limits in the rule")
 	}
-	rs := &RuleSet{mux: http.NewServeMux()}
-	patterns := make([]string, 0, len(rules))
-	for pattern := range rules {
-		patterns = append(patterns, pattern)
+	rs := &RuleSet{lim: lim, conf: c}
+	if c.failure == FailLocal {
+		rs.local = newFallback(localKeys) // one FailLocal state for the set, as its Redis state is one
 	}
-	sort.Strings(patterns) // "*" sorts before every pattern, which starts with a letter or '/'
-	var local fallback     // one FailLocal state for the table, as its Redis state is one
-	for _, pattern := range patterns {
-		p, err := rs.add(lim, pattern, rules[pattern], c)
-		if err != nil {
-			return nil, fmt.Errorf("redlimit: rule %q: %w", pattern, err)
-		}
-		if p.local != nil {
-			if local == nil {
-				local = p.local
-			}
-			p.local = local
-		}
+	t, err := rs.build(rules)
+	if err != nil {
+		return nil, err
 	}
+	rs.table.Store(t)
 	return rs, nil
 }
 
+// Update replaces the rules of a RuleSet in place, atomically for requests
+// in flight: a request is decided wholly under the old rules or wholly
+// under the new ones, and one already decided finishes under the rule that
+// admitted it (its Concurrency slot is freed where it was taken). The new
+// rules are checked as NewRuleSet checks them, with the options given to
+// it; invalid rules are an error naming the rule, and the old ones stay.
+//
+// State survives for every pattern whose limits keep their algorithm and
+// period: a rule's state is kept under its pattern, its algorithm and its
+// period, never its rate or burst, so "POST /login": "5/m" updated to
+// "10/m" keeps the count of the minute, as does the catch-all "*"; a
+// changed period or algorithm starts afresh, and a rule's old state expires
+// on its own. FailLocal's in-process state is the set's, kept across
+// updates. Update does no I/O and is safe for concurrent use with requests
+// and with other Updates (the last to finish wins).
+func (s *RuleSet) Update(rules Rules) error {
+	if s == nil || s.table.Load() == nil {
+		return errors.New("redlimit: Update of a RuleSet not made by NewRuleSet")
+	}
+	t, err := s.build(rules)
+	if err != nil {
+		return err
+	}
+	s.table.Store(t)
+	return nil
+}
+
+// build checks rules and compiles them with the set's options.
+func (s *RuleSet) build(rules Rules) (*ruleTable, error) {
+	if len(rules) == 0 {
+		return nil, errNoRules
+	}
+	t := &ruleTable{mux: http.NewServeMux()}
+	patterns := make([]string, 0, len(rules))
+	for pattern := range rules {
+		if pattern != catchAll {
+			patterns = append(patterns, pattern)
+		}
+	}
+	sort.Strings(patterns) // errors in the same order every time
+	if _, ok := rules[catchAll]; ok {
+		patterns = append([]string{catchAll}, patterns...) // first: the others are decided with it
+	}
+	for _, pattern := range patterns {
+		p, err := t.add(s.lim, pattern, rules[pattern], s.conf)
+		if err != nil {
+			if errors.Is(err, ErrInvalidRules) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("redlimit: rule %q: %w", pattern, err)
+		}
+		if p.local != nil {
+			p.local = s.local
+		}
+	}
+	return t, nil
+}
+
 // add builds the policy of one rule and enters it in the table.
-func (rs *RuleSet) add(lim *core.Limiter, pattern, spec string, c config) (p *policy, err error) {
+func (t *ruleTable) add(lim *core.Limiter, pattern, spec string, c config) (p *policy, err error) {
+	var pat rulepattern.Pattern
+	if pattern != catchAll {
+		if pat, err = rulepattern.Parse(pattern); err != nil {
+			return nil, fmt.Errorf("%w: rule %q: %w", ErrInvalidRules, pattern, err)
+		}
+	}
 	limits, err := core.ParseLimits(spec)
 	if err != nil {
 		return nil, err
@@ -203,29 +279,22 @@ func (rs *RuleSet) add(lim *core.Limiter, pattern, spec string, c config) (p *po
 		return nil, err
 	}
 	if pattern == catchAll {
-		rs.catchAll = p
+		t.catchAll = p
 		return p, nil
 	}
-	if all := rs.catchAll; all != nil { // decided together with the catch-all
+	if all := t.catchAll; all != nil { // decided together with the catch-all
 		if len(all.quotas)+len(p.quotas) > bridge.MaxLimits {
 			return nil, fmt.Errorf("%d limits with the catch-all's; at most %d", len(all.quotas)+len(p.quotas), bridge.MaxLimits)
 		}
 		p.quotas = append(all.quotas[:len(all.quotas):len(all.quotas)], p.quotas...)
 		p.inherits = len(all.quotas)
 	}
-	muxPattern := pattern
-	if i := strings.IndexByte(pattern, '*'); i >= 0 {
-		if i != len(pattern)-1 || !strings.HasSuffix(pattern, "/*") {
-			return nil, fmt.Errorf("'*' may only end a pattern, as in \"GET /api/*\"")
-		}
-		muxPattern = pattern[:i] + "{rest...}"
-	}
 	defer func() { // ServeMux reports bad and conflicting patterns by panicking
 		if r := recover(); r != nil {
-			p, err = nil, fmt.Errorf("%v", r)
+			p, err = nil, fmt.Errorf("%w: rule %q: %v", ErrInvalidRules, pattern, r)
 		}
 	}()
-	rs.mux.Handle(muxPattern, rulePolicy{p})
+	t.mux.Handle(pat.Mux, rulePolicy{p})
 	return p, nil
 }
 
@@ -236,16 +305,21 @@ type rulePolicy struct{ *policy }
 func (rulePolicy) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
 // policyFor returns the policy of the rule that matches r, the catch-all
-// if none does, or nil.
-func (rs *RuleSet) policyFor(r *http.Request) *policy {
-	if p := rs.match(r); p != nil {
+// if none does, or nil. It panics on a RuleSet not made by NewRuleSet,
+// which would otherwise let every request pass unlimited.
+func (s *RuleSet) policyFor(r *http.Request) *policy {
+	t := s.table.Load()
+	if t == nil {
+		panic("redlimit: a RuleSet not made by NewRuleSet")
+	}
+	if p := t.match(r); p != nil {
 		return p
 	}
-	return rs.catchAll
+	return t.catchAll
 }
 
-func (rs *RuleSet) match(r *http.Request) *policy {
-	h, _ := rs.mux.Handler(r)
+func (t *ruleTable) match(r *http.Request) *policy {
+	h, _ := t.mux.Handler(r)
 	if rp, ok := h.(rulePolicy); ok {
 		return rp.policy
 	}
@@ -256,7 +330,7 @@ func (rs *RuleSet) match(r *http.Request) *policy {
 		u := *r.URL
 		u.Path, u.RawPath = clean, ""
 		r2.URL = &u
-		if h, _ := rs.mux.Handler(&r2); h != nil {
+		if h, _ := t.mux.Handler(&r2); h != nil {
 			if rp, ok := h.(rulePolicy); ok {
 				return rp.policy
 			}

@@ -256,3 +256,45 @@ func BenchmarkPrefetchHot(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkPrefetchCold: 1000 keys decided in turn, each far below its
+// limit, with Prefetch 100: a fixed fetch size takes 100 events a
+// decision and gives them back unused (two scripts a decision); the
+// adaptive one takes none for a key decided once in a while.
+func BenchmarkPrefetchCold(b *testing.B) {
+	rdb := redistest.Standalone(b).Client(b)
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%d", i)
+	}
+	l := core.Limit{Rate: 1000, Period: time.Second, Prefetch: 100}
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		opts []core.Option
+	}{{"adaptive", nil}, {"fixed", []core.Option{core.WithFixedPrefetch()}}} {
+		b.Run(c.name, func(b *testing.B) {
+			lim := core.New(rdb, append(c.opts, core.WithPrefix(uniquePrefix()))...)
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := lim.Allow(ctx, keys[i%len(keys)], l); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			time.Sleep(2 * prefetchIdleForBench) // the last give-backs
+			stats, err := redistest.CommandStats(ctx, rdb)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric((stats["evalsha"].Calls+stats["eval"].Calls)/float64(b.N), "scripts/op")
+		})
+	}
+}
+
+// prefetchIdleForBench is core's prefetchIdle.
+const prefetchIdleForBench = 10 * time.Millisecond

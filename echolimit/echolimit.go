@@ -17,17 +17,30 @@
 // unless an IPExtractor is set; the default key is keyfunc.IP(), the peer
 // address. For keyfunc.Route, the middleware sets r.Pattern to c.Path()
 // (the route template) when nothing else set it. Use it with e.Use, not
-// e.Pre: before routing there is no route.
+// e.Pre: before routing there is no route. Key keys requests by what an
+// earlier middleware stored with c.Set:
+//
+//	e.Use(authenticate) // c.Set("user", id)
+//	e.Use(echolimit.New(lim, core.PerSecond(10), redlimit.WithKey(echolimit.Key("user"))))
+//
+// A rules table's patterns are ServeMux's, not echo's ({id}, not :id);
+// CheckRules reports the rules that match no route of an Echo.
 package echolimit
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/ctxvalue"
+	rulepattern "github.com/redlimit/redlimit/internal/pattern"
+	"github.com/redlimit/redlimit/keyfunc"
 )
 
 // New returns an echo middleware that limits the requests it handles by
@@ -43,7 +56,9 @@ func New(l *core.Limiter, limit core.Limit, opts ...redlimit.Option) echo.Middle
 
 // Rules returns an echo middleware that applies a rules table: each request
 // is limited by the rule that matches its path, if any. Errors name the bad
-// rule.
+// rule. Patterns are net/http ServeMux patterns ("GET /users/{id}"), not
+// echo's; once the routes are registered, CheckRules tells whether each
+// rule matches one.
 func Rules(l *core.Limiter, rules redlimit.Rules, opts ...redlimit.Option) (echo.MiddlewareFunc, error) {
 	rs, err := redlimit.NewRuleSet(l, rules, opts...)
 	if err != nil {
@@ -60,6 +75,9 @@ func Middleware(p redlimit.Policy) echo.MiddlewareFunc {
 			r := c.Request()
 			if r.Pattern == "" {
 				r.Pattern = c.Path()
+			}
+			if keysUsed.Load() { // where Key finds the echo context; the handlers keep c.Request()
+				r = r.WithContext(context.WithValue(r.Context(), contextKey{}, c))
 			}
 			var err error
 			redlimit.Serve(p, c.Response(), r, func(http.ResponseWriter, *http.Request) int {
@@ -82,4 +100,66 @@ func status(c echo.Context, err error) int {
 		return he.Code
 	}
 	return http.StatusInternalServerError
+}
+
+// contextKey is where the middleware puts the echo context in the context
+// of the request it decides, for Key.
+type contextKey struct{}
+
+// keysUsed is set once Key has been called: only then does the middleware
+// put the echo context where Key finds it, which costs two allocations a
+// request.
+var keysUsed atomic.Bool
+
+// Key keys requests by the value an echo middleware before this one stored
+// under name with c.Set, as "<name>:<value>": Key("user") with
+// c.Set("user", "alice") is "user:alice", the key keyfunc.ContextUser
+// gives on another adapter, so both share a limit. The value may be a
+// string, any integer type or a fmt.Stringer. A request without the value
+// (or with an empty string) is an error wrapping keyfunc.ErrNoKey, so the
+// policy answers it 400 and logs it, unless keyfunc.First falls back; a
+// value of another type is an error too. Key finds the echo context only
+// in requests decided by this package's middleware; elsewhere it is an
+// error wrapping keyfunc.ErrNoKey. Once Key has been called, the
+// middleware puts the echo context in the context of each request it
+// decides, which costs two allocations a request. The Func is safe for
+// concurrent use.
+func Key(name string) keyfunc.Func {
+	keysUsed.Store(true)
+	return func(r *http.Request) (string, error) {
+		c, ok := r.Context().Value(contextKey{}).(echo.Context)
+		if !ok {
+			return "", fmt.Errorf("%w: echolimit.Key(%q) reads the echo context, and this request was not decided by an echolimit middleware", keyfunc.ErrNoKey, name)
+		}
+		return ctxvalue.Key("echo", name, c.Get(name))
+	}
+}
+
+// CheckRules reports, in one error wrapping redlimit.ErrInvalidRules, the
+// rules of a table that match no route of e (none of e.Routes() could
+// receive a request the rule matches), and a pattern no request can match.
+// It returns nil when every rule can apply. Call it once the routes are
+// registered, at start-up, and before a RuleSet.Update of an Echo's rules.
+// The catch-all "*" applies to every request and is not checked; a rule's
+// host is not looked at (echo routes on it only with e.Host, whose routes
+// are not e's). A RouteNotFound route matches rules of every method, and
+// the check errs on the side of a match: a parameter after a prefix
+// ("/files/x_:name") is taken to match any segment. It does no I/O.
+func CheckRules(e *echo.Echo, rules redlimit.Rules) error {
+	var routes []rulepattern.Route
+	for _, r := range e.Routes() {
+		method := r.Method
+		if method == echo.RouteNotFound {
+			method = ""
+		}
+		routes = append(routes, rulepattern.Route{Method: method, Path: r.Path})
+	}
+	unrouted, err := rulepattern.Unrouted(rules, routes)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w", redlimit.ErrInvalidRules, err)
+	case len(unrouted) > 0:
+		return fmt.Errorf("%w: %s: no route of the echo server matches (patterns are ServeMux's: {id}, not :id)", redlimit.ErrInvalidRules, rulepattern.Quote(unrouted))
+	}
+	return nil
 }

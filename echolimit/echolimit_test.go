@@ -3,8 +3,11 @@ package echolimit_test
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
@@ -15,6 +18,7 @@ import (
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/echolimit"
 	"github.com/redlimit/redlimit/internal/adaptertest"
+	"github.com/redlimit/redlimit/keyfunc"
 )
 
 // app builds the suite's app on an echo server: global middleware and rules
@@ -22,6 +26,16 @@ import (
 func app(s adaptertest.Spec) (http.Handler, error) {
 	ok := func(c echo.Context) error { return c.String(http.StatusOK, "ok") }
 	e := echo.New()
+	if s.StoreUser != "" {
+		e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+			return func(c echo.Context) error {
+				if user := c.Request().Header.Get("X-User"); user != "" {
+					c.Set(s.StoreUser, user)
+				}
+				return next(c)
+			}
+		})
+	}
 	if s.Rules != nil {
 		rules, err := echolimit.Rules(s.Limiter, s.Rules, s.RulesOpts...)
 		if err != nil {
@@ -47,7 +61,7 @@ func app(s adaptertest.Spec) (http.Handler, error) {
 	return e, nil
 }
 
-var adapter = adaptertest.Adapter{Name: "echo", App: app}
+var adapter = adaptertest.Adapter{Name: "echo", App: app, UserKey: echolimit.Key}
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
@@ -110,5 +124,109 @@ func TestErrorStatusSettles(t *testing.T) {
 	}
 	if fmt.Sprint(seen) != "[418 500 201]" {
 		t.Fatalf("WithResponseCost saw statuses %v, want [418 500 201]", seen)
+	}
+}
+
+// TestKey: Key reads what an earlier middleware stored with c.Set:
+// strings, integers and fmt.Stringers make a key "<name>:<value>"; a
+// missing or empty value, a value of another type, and a request that no
+// echolimit middleware decided are errors, answered 400.
+func TestKey(t *testing.T) {
+	t.Parallel()
+	lim := core.New(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}), core.WithLogger(slog.New(slog.DiscardHandler)))
+	var mu sync.Mutex
+	var got []string
+	observe := redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) {
+		mu.Lock()
+		defer mu.Unlock()
+		if d.Err != nil {
+			got = append(got, "error: "+d.Err.Error())
+			return
+		}
+		got = append(got, d.Key)
+	})
+	for _, tt := range []struct {
+		value  any // stored with c.Set("user", value); nil: nothing stored
+		status int
+		want   string
+	}{
+		{"alice", http.StatusOK, "user:alice"},
+		{int64(-42), http.StatusOK, "user:-42"},
+		{uint32(7), http.StatusOK, "user:7"},
+		{userID{9}, http.StatusOK, "user:id-9"},
+		{nil, http.StatusBadRequest, `error: keyfunc: no key in request: no echo context value "user"`},
+		{"", http.StatusBadRequest, `error: keyfunc: no key in request: echo context value "user" is empty`},
+		{[]string{"a"}, http.StatusBadRequest, `error: echo context value "user" is a []string`},
+	} {
+		got = nil
+		e := echo.New()
+		setUser := func(next echo.HandlerFunc) echo.HandlerFunc {
+			return func(c echo.Context) error {
+				if tt.value != nil {
+					c.Set("user", tt.value)
+				}
+				return next(c)
+			}
+		}
+		e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusOK) },
+			setUser, echolimit.New(lim, core.PerMinute(100), redlimit.WithKey(echolimit.Key("user")), observe))
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		if w.Code != tt.status || len(got) != 1 || !strings.HasPrefix(got[0], tt.want) {
+			t.Errorf("c.Set(\"user\", %#v): %d, decided %q; want %d and %q", tt.value, w.Code, got, tt.status, tt.want)
+		}
+	}
+
+	// Outside echolimit's middleware there is no echo context to read.
+	_, err := echolimit.Key("user")(httptest.NewRequest(http.MethodGet, "/", nil))
+	if !errors.Is(err, keyfunc.ErrNoKey) || !strings.Contains(err.Error(), "not decided by an echolimit middleware") {
+		t.Errorf("Key outside the middleware: %v", err)
+	}
+}
+
+type userID struct{ n int }
+
+func (u userID) String() string { return fmt.Sprintf("id-%d", u.n) }
+
+// TestCheckRules: a rule that no route of the server can receive a
+// request for is reported by name, as is a pattern in echo's syntax; rules
+// that reach a route, the catch-all and host patterns pass.
+func TestCheckRules(t *testing.T) {
+	t.Parallel()
+	e := echo.New()
+	h := func(c echo.Context) error { return nil }
+	e.GET("/users/:id", h)
+	e.POST("/login", h)
+	e.GET("/static/*", h)
+	api := e.Group("/api/v1")
+	api.PUT("/orders/:id/items/:item", h)
+	e.RouteNotFound("/old/*", h)
+
+	for _, rules := range []redlimit.Rules{
+		{"*": "100/s", "GET /users/{id}": "5/m", "POST /login": "1/m"},
+		{"/users/alice": "1/s", "GET /users/*": "1/s", "/users/": "1/s"},
+		{"GET /static/css/site.css": "1/s", "/static/{path...}": "1/s", "GET /static/{$}": "1/s"},
+		{"PUT /api/v1/orders/{id}/items/{item}": "1/s", "/api/*": "1/s"},
+		{"DELETE /old/page": "1/s"}, // a RouteNotFound route takes every method
+		{"localhost:8080/login": "1/s"},
+	} {
+		if err := echolimit.CheckRules(e, rules); err != nil {
+			t.Errorf("CheckRules(%v): %v", rules, err)
+		}
+	}
+	for _, tt := range []struct {
+		rules redlimit.Rules
+		says  string
+	}{
+		{redlimit.Rules{"GET /reports/{id}": "1/s", "*": "1/s"}, `rule "GET /reports/{id}": no route of the echo server matches`},
+		{redlimit.Rules{"POST /users/{id}": "1/s", "GET /login": "1/s"}, `rules "GET /login", "POST /users/{id}": no route`},
+		{redlimit.Rules{"PUT /api/v1/orders/{id}": "1/s"}, `rule "PUT /api/v1/orders/{id}": no route`},
+		{redlimit.Rules{"GET /users/:id": "1/s"}, `rule "GET /users/:id": ":id" is gin's and echo's parameter syntax`},
+		{redlimit.Rules{"get /login": "1/s"}, `rule "get /login": method "get": methods are case-sensitive`},
+	} {
+		err := echolimit.CheckRules(e, tt.rules)
+		if !errors.Is(err, redlimit.ErrInvalidRules) || !strings.Contains(err.Error(), tt.says) {
+			t.Errorf("CheckRules(%v) = %v; want an ErrInvalidRules error saying %q", tt.rules, err, tt.says)
+		}
 	}
 }

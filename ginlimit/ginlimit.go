@@ -16,15 +16,28 @@
 // from every proxy unless SetTrustedProxies was called; the default key is
 // keyfunc.IP(), the peer address. For keyfunc.Route, the middleware sets
 // r.Pattern to c.FullPath() (the route template) when nothing else set it.
+// Key keys requests by what an earlier handler stored with c.Set:
+//
+//	r.Use(authenticate) // c.Set("user", id)
+//	r.Use(ginlimit.New(lim, core.PerSecond(10), redlimit.WithKey(ginlimit.Key("user"))))
+//
+// A rules table's patterns are ServeMux's, not gin's ({id}, not :id);
+// CheckRules reports the rules that match no route of an engine.
 package ginlimit
 
 import (
+	"context"
+	"fmt"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/ctxvalue"
+	rulepattern "github.com/redlimit/redlimit/internal/pattern"
+	"github.com/redlimit/redlimit/keyfunc"
 )
 
 // New returns a gin middleware that limits the requests it handles by
@@ -40,7 +53,9 @@ func New(l *core.Limiter, limit core.Limit, opts ...redlimit.Option) gin.Handler
 
 // Rules returns a gin middleware that applies a rules table: each request
 // is limited by the rule that matches its path, if any. Errors name the bad
-// rule.
+// rule. Patterns are net/http ServeMux patterns ("GET /users/{id}"), not
+// gin's; once the routes are registered, CheckRules tells whether each
+// rule matches one.
 func Rules(l *core.Limiter, rules redlimit.Rules, opts ...redlimit.Option) (gin.HandlerFunc, error) {
 	rs, err := redlimit.NewRuleSet(l, rules, opts...)
 	if err != nil {
@@ -57,6 +72,9 @@ func Middleware(p redlimit.Policy) gin.HandlerFunc {
 		if r.Pattern == "" {
 			r.Pattern = c.FullPath()
 		}
+		if keysUsed.Load() { // where Key finds the gin context; the handlers keep c.Request
+			r = r.WithContext(context.WithValue(r.Context(), contextKey{}, c))
+		}
 		d := redlimit.Serve(p, c.Writer, r, func(http.ResponseWriter, *http.Request) int {
 			c.Next()
 			return c.Writer.Status()
@@ -65,4 +83,62 @@ func Middleware(p redlimit.Policy) gin.HandlerFunc {
 			c.Abort()
 		}
 	}
+}
+
+// contextKey is where the middleware puts the gin context in the context
+// of the request it decides, for Key.
+type contextKey struct{}
+
+// keysUsed is set once Key has been called: only then does the middleware
+// put the gin context where Key finds it, which costs two allocations a
+// request.
+var keysUsed atomic.Bool
+
+// Key keys requests by the value a gin handler before the middleware
+// stored under name with c.Set, as "<name>:<value>": Key("user") with
+// c.Set("user", "alice") is "user:alice", the key keyfunc.ContextUser
+// gives on another adapter, so both share a limit. The value may be a
+// string, any integer type or a fmt.Stringer. A request without the value
+// (or with an empty string) is an error wrapping keyfunc.ErrNoKey, so the
+// policy answers it 400 and logs it, unless keyfunc.First falls back; a
+// value of another type is an error too. Key finds the gin context only
+// in requests decided by this package's middleware; elsewhere it is an
+// error wrapping keyfunc.ErrNoKey. Once Key has been called, the
+// middleware puts the gin context in the context of each request it
+// decides, which costs two allocations a request. The Func is safe for
+// concurrent use.
+func Key(name string) keyfunc.Func {
+	keysUsed.Store(true)
+	return func(r *http.Request) (string, error) {
+		c, ok := r.Context().Value(contextKey{}).(*gin.Context)
+		if !ok {
+			return "", fmt.Errorf("%w: ginlimit.Key(%q) reads the gin context, and this request was not decided by a ginlimit middleware", keyfunc.ErrNoKey, name)
+		}
+		v, _ := c.Get(name)
+		return ctxvalue.Key("gin", name, v)
+	}
+}
+
+// CheckRules reports, in one error wrapping redlimit.ErrInvalidRules, the
+// rules of a table that match no route of engine (none of engine.Routes()
+// could receive a request the rule matches), and a pattern no request can
+// match. It returns nil when every rule can apply. Call it once the routes
+// are registered, at start-up, and before a RuleSet.Update of an engine's
+// rules. The catch-all "*" applies to every request and is not checked; a
+// rule's host is not looked at (gin does not route on it). It errs on the
+// side of a match: a parameter after a prefix ("/files/x_:name") is taken
+// to match any segment. It does no I/O.
+func CheckRules(engine *gin.Engine, rules redlimit.Rules) error {
+	var routes []rulepattern.Route
+	for _, r := range engine.Routes() {
+		routes = append(routes, rulepattern.Route{Method: r.Method, Path: r.Path})
+	}
+	unrouted, err := rulepattern.Unrouted(rules, routes)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w", redlimit.ErrInvalidRules, err)
+	case len(unrouted) > 0:
+		return fmt.Errorf("%w: %s: no route of the gin engine matches (patterns are ServeMux's: {id}, not :id)", redlimit.ErrInvalidRules, rulepattern.Quote(unrouted))
+	}
+	return nil
 }

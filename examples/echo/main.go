@@ -1,7 +1,8 @@
 // Command echo is a small echo API behind redlimit, as a service behind a
 // load balancer would have it: a limit per client address on every
-// request, a stricter one on POST /login, and on /api a limit per
-// signed-in user with a daily quota.
+// request, a stricter one on POST /login, on /api a limit per signed-in
+// user with a daily quota, and on /partner a limit per partner, keyed by
+// what a middleware stored with c.Set.
 //
 //	go run ./examples/echo            # on localhost:8080, limits in embedded Redis
 //	curl -i localhost:8080/hello
@@ -50,6 +51,12 @@ func newApp(lim *core.Limiter) http.Handler {
 	e.POST("/login", signIn, echolimit.New(lim, login, redlimit.WithName("login"), perClient))
 	api := e.Group("/api", authenticate, perUser)
 	api.GET("/orders", orders)
+
+	// Partners call /partner with an API key; checkAPIKey stores whose it
+	// is with c.Set, where echolimit.Key finds it: 100 calls a minute per
+	// partner, from whichever address.
+	perPartner := echolimit.New(lim, core.PerMinute(100), redlimit.WithName("partner"), redlimit.WithKey(echolimit.Key("partner")))
+	e.GET("/partner/stock", stock, checkAPIKey, perPartner)
 	return e
 }
 
@@ -71,9 +78,26 @@ func authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// partners maps API keys to partners (a stand-in for a real key store).
+var partners = map[string]string{"key-acme": "acme", "key-globex": "globex"}
+
+// checkAPIKey lets through requests with a known X-Api-Key, the partner's
+// name stored with c.Set("partner", ...), and answers the others 401.
+func checkAPIKey(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		partner, ok := partners[c.Request().Header.Get("X-Api-Key")]
+		if !ok {
+			return echo.NewHTTPError(http.StatusUnauthorized, "unknown API key")
+		}
+		c.Set("partner", partner)
+		return next(c)
+	}
+}
+
 func hello(c echo.Context) error  { return c.String(http.StatusOK, "hello\n") }
 func signIn(c echo.Context) error { return c.String(http.StatusOK, "welcome\n") }
 func orders(c echo.Context) error { return c.String(http.StatusOK, "[]\n") }
+func stock(c echo.Context) error  { return c.String(http.StatusOK, "{}\n") }
 
 // command is what -h says.
 var command = run.Command{
@@ -81,8 +105,10 @@ var command = run.Command{
 	Doc: `A small echo API behind redlimit: 20 requests a second per client address
 on every route, 5 login attempts a minute on POST /login, and on
 GET /api/orders 10 a second and 5000 a day per signed-in user
-(Authorization: Bearer <user>). Behind a load balancer in 10.0.0.0/8, the
-client is the address it forwards. It prints the curl commands to try it.`,
+(Authorization: Bearer <user>), and on GET /partner/stock 100 a minute per
+partner (X-Api-Key: key-acme), the partner found by echolimit.Key in what
+c.Set stored. Behind a load balancer in 10.0.0.0/8, the client is the
+address it forwards. It prints the curl commands to try it.`,
 	Env: []string{run.Addr, run.RedisURL},
 }
 

@@ -1,7 +1,8 @@
 // Command gin is a small gin API behind redlimit, as a service behind a
 // load balancer would have it: a limit per client address on every
-// request, a stricter one on POST /login, and on /api a limit per
-// signed-in user with a daily quota.
+// request, a stricter one on POST /login, on /api a limit per signed-in
+// user with a daily quota, and on /partner a limit per partner, keyed by
+// what a handler stored with c.Set.
 //
 //	go run ./examples/gin            # on localhost:8080, limits in embedded Redis
 //	curl -i localhost:8080/hello
@@ -50,6 +51,12 @@ func newApp(lim *core.Limiter) http.Handler {
 	r.POST("/login", ginlimit.New(lim, login, redlimit.WithName("login"), perClient), signIn)
 	api := r.Group("/api", authenticate, perUser)
 	api.GET("/orders", orders)
+
+	// Partners call /partner with an API key; checkAPIKey stores whose it
+	// is with c.Set, where ginlimit.Key finds it: 100 calls a minute per
+	// partner, from whichever address.
+	perPartner := ginlimit.New(lim, core.PerMinute(100), redlimit.WithName("partner"), redlimit.WithKey(ginlimit.Key("partner")))
+	r.GET("/partner/stock", checkAPIKey, perPartner, stock)
 	return r
 }
 
@@ -68,9 +75,24 @@ func authenticate(c *gin.Context) {
 	c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), userKey{}, user))
 }
 
+// partners maps API keys to partners (a stand-in for a real key store).
+var partners = map[string]string{"key-acme": "acme", "key-globex": "globex"}
+
+// checkAPIKey lets through requests with a known X-Api-Key, the partner's
+// name stored with c.Set("partner", ...), and answers the others 401.
+func checkAPIKey(c *gin.Context) {
+	partner, ok := partners[c.GetHeader("X-Api-Key")]
+	if !ok {
+		c.AbortWithStatusJSON(http.StatusUnauthorized, gin.H{"error": "unknown API key"})
+		return
+	}
+	c.Set("partner", partner)
+}
+
 func hello(c *gin.Context)  { c.String(http.StatusOK, "hello\n") }
 func signIn(c *gin.Context) { c.String(http.StatusOK, "welcome\n") }
 func orders(c *gin.Context) { c.String(http.StatusOK, "[]\n") }
+func stock(c *gin.Context)  { c.String(http.StatusOK, "{}\n") }
 
 // command is what -h says.
 var command = run.Command{
@@ -78,8 +100,10 @@ var command = run.Command{
 	Doc: `A small gin API behind redlimit: 20 requests a second per client address
 on every route, 5 login attempts a minute on POST /login, and on
 GET /api/orders 10 a second and 5000 a day per signed-in user
-(Authorization: Bearer <user>). Behind a load balancer in 10.0.0.0/8, the
-client is the address it forwards. It prints the curl commands to try it.`,
+(Authorization: Bearer <user>), and on GET /partner/stock 100 a minute per
+partner (X-Api-Key: key-acme), the partner found by ginlimit.Key in what
+c.Set stored. Behind a load balancer in 10.0.0.0/8, the client is the
+address it forwards. It prints the curl commands to try it.`,
 	Env: []string{run.Addr, run.RedisURL},
 }
 

@@ -8,6 +8,10 @@ import (
 
 func TestApp(t *testing.T) { run.Check(t, newApp) }
 
+// TestPartners: the partner API limits per partner, keyed by what
+// checkAPIKey stored with c.Set.
+func TestPartners(t *testing.T) { run.CheckPartners(t, newApp) }
+
 func TestMain(m *testing.M) { run.TestMain(m, main) }
 
 // TestHelp: -h names the environment variables and their defaults.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -48,6 +49,11 @@ type Spec struct {
 	// (a net/http one, wrapped in the framework's way).
 	Work        *Mw
 	WorkHandler http.Handler
+	// StoreUser, when set, asks for a middleware before every other that
+	// stores the value of the request's X-User header, if it has one,
+	// under this name in the framework's own per-request store (gin's and
+	// echo's c.Set), where Adapter.UserKey finds it.
+	StoreUser string
 }
 
 // Adapter is what the suite needs of a framework.
@@ -58,6 +64,10 @@ type Adapter struct {
 	// s.WorkHandler when it is set, and the middleware of s, written in the
 	// framework's own way. It returns the rules' error.
 	App func(s Spec) (http.Handler, error)
+	// UserKey, if set, is the framework's key function for a value stored
+	// under name as Spec.StoreUser stores it (ginlimit.Key, echolimit.Key).
+	// The suite's ContextUser case runs for adapters that have one.
+	UserKey func(name string) keyfunc.Func
 }
 
 // t0 is the embedded Redis's clock: it stands still unless a test moves it.
@@ -166,6 +176,7 @@ func Run(t *testing.T, a Adapter) {
 		{"Cost", testCost},
 		{"DryRun", testDryRun},
 		{"MissingKey", testMissingKey},
+		{"MissingKeyLogged", testMissingKeyLogged},
 		{"LongKeysHashed", testLongKeys},
 		{"ForgedForwardedFor", testForgedForwardedFor},
 		{"TrustedProxies", testTrustedProxies},
@@ -195,6 +206,12 @@ func Run(t *testing.T, a Adapter) {
 		{"SlotFreedOnPanic", testSlotFreedOnPanic},
 		{"SlotFreedClientGone", testSlotFreedClientGone},
 		{"StreamingAndHijacked", testStreamingAndHijacked},
+	}
+	if a.UserKey != nil {
+		cases = append(cases, struct {
+			name string
+			run  func(t *testing.T, a Adapter)
+		}{"ContextUser", testContextUser})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -300,6 +317,91 @@ func testMissingKey(t *testing.T, a Adapter) {
 	expect(t, "no key", req{}.send(h), http.StatusBadRequest, "X-RateLimit-Limit", "")
 	expect(t, "with a key", req{headers: []string{"X-Api-Key", "k"}}.send(h), http.StatusOK)
 	expect(t, "same key again", req{headers: []string{"X-Api-Key", "k"}}.send(h), http.StatusTooManyRequests)
+}
+
+// testMissingKeyLogged: a request answered 400 for want of a key is
+// logged, at warn level, with the policy and the key function's error, at
+// most once a second per policy, saying how many were left out.
+func testMissingKeyLogged(t *testing.T, a Adapter) {
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	lim, _ := embeddedRedis(t, core.WithLogger(log))
+	opts := []redlimit.Option{redlimit.WithName("keyed"), redlimit.WithKey(keyfunc.Header("X-Api-Key"))}
+	h := build(t, a, Spec{Limiter: lim, Global: &Mw{core.PerMinute(100), opts}})
+	for i := 0; i < 5; i++ {
+		expect(t, "no key", req{}.send(h), http.StatusBadRequest)
+	}
+	lines := buf.lines()
+	if len(lines) != 1 {
+		t.Fatalf("%d log lines for 5 requests without a key in a second, want 1:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	for _, want := range []string{"level=WARN", "policy=keyed", "status=400", "header X-Api-Key is missing", "requests_not_logged=0"} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("log line %q does not say %q", lines[0], want)
+		}
+	}
+	// A second later, the next one is logged with how many were not.
+	time.Sleep(1100 * time.Millisecond)
+	expect(t, "no key, a second later", req{}.send(h), http.StatusBadRequest)
+	if lines = buf.lines(); len(lines) != 2 || !strings.Contains(lines[1], "requests_not_logged=4") {
+		t.Fatalf("log after a second: %q, want a second line saying requests_not_logged=4", lines)
+	}
+	expect(t, "with a key: not logged", req{headers: []string{"X-Api-Key", "k"}}.send(h), http.StatusOK)
+	if lines = buf.lines(); len(lines) != 2 {
+		t.Fatalf("a request with a key was logged: %q", lines)
+	}
+}
+
+// syncBuffer is a log's output, safe for concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines returns the lines written so far.
+func (b *syncBuffer) lines() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf.Len() == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSpace(b.buf.String()), "\n")
+}
+
+// testContextUser: an app whose earlier middleware stores the signed-in
+// user in the framework's context (c.Set("user", id)) limits per user with
+// the adapter's key function, whatever address the user comes from; a
+// request without a user is answered 400, never let through.
+func testContextUser(t *testing.T, a Adapter) {
+	var keys sync.Map
+	observe := redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) { keys.Store(d.Key, true) })
+	perUser := []redlimit.Option{redlimit.WithName("per-user"), redlimit.WithKey(a.UserKey("user")), observe}
+	h := build(t, a, Spec{Limiter: embedded(t), StoreUser: "user", Global: &Mw{core.PerMinute(2), perUser}})
+	alice, bob := []string{"X-User", "alice"}, []string{"X-User", "bob"}
+	expect(t, "alice", req{remote: "198.51.100.1:1", headers: alice}.send(h), http.StatusOK, "X-RateLimit-Remaining", "1")
+	expect(t, "alice from elsewhere", req{remote: "198.51.100.2:1", headers: alice}.send(h), http.StatusOK, "X-RateLimit-Remaining", "0")
+	expect(t, "alice's third", req{remote: "198.51.100.3:1", headers: alice}.send(h), http.StatusTooManyRequests)
+	expect(t, "bob from alice's address", req{remote: "198.51.100.1:1", headers: bob}.send(h), http.StatusOK, "X-RateLimit-Remaining", "1")
+	expect(t, "nobody", req{}.send(h), http.StatusBadRequest, "X-RateLimit-Limit", "")
+	if _, ok := keys.Load("user:alice"); !ok {
+		t.Errorf("no decision keyed user:alice")
+	}
+	// On a route's own middleware, and in a rules table.
+	login := []redlimit.Option{redlimit.WithName("login"), redlimit.WithKey(a.UserKey("user"))}
+	h = build(t, a, Spec{Limiter: embedded(t), StoreUser: "user", Login: &Mw{core.PerMinute(1), login},
+		Rules: redlimit.Rules{"GET /users/{id}": "1/m"}, RulesOpts: login[1:]})
+	for _, who := range [][]string{alice, bob} {
+		expect(t, who[1]+"'s login", req{method: http.MethodPost, path: "/login", headers: who}.send(h), http.StatusOK)
+		expect(t, who[1]+"'s second login", req{method: http.MethodPost, path: "/login", headers: who}.send(h), http.StatusTooManyRequests)
+		expect(t, who[1]+"'s user page", req{path: "/users/1", headers: who}.send(h), http.StatusOK)
+		expect(t, who[1]+"'s second user page", req{path: "/users/2", headers: who}.send(h), http.StatusTooManyRequests)
+	}
 }
 
 // testLongKeys: keys longer than 128 bytes are hashed; distinct long keys

@@ -264,3 +264,54 @@ func check(t *testing.T, newApp func(*core.Limiter) http.Handler, rdb *redis.Cli
 	want("bob", send("GET", "/api/orders", "203.0.113.11", "Authorization", "Bearer bob"), http.StatusOK,
 		"X-RateLimit-Remaining", "9")
 }
+
+// CheckPartners is the gin and echo examples' test of their partner API,
+// on an embedded Redis and on a real one: GET /partner/stock takes a
+// known X-Api-Key, whose partner a handler stores with c.Set, and allows
+// 100 calls a minute per partner, from whichever address, keyed by the
+// adapter's Key.
+func CheckPartners(t *testing.T, newApp func(*core.Limiter) http.Handler) {
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		checkPartners(t, newApp, redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}))
+	})
+	t.Run("redis-server", func(t *testing.T) {
+		t.Parallel()
+		checkPartners(t, newApp, redistest.Standalone(t).Client(t))
+	})
+}
+
+func checkPartners(t *testing.T, newApp func(*core.Limiter) http.Handler, rdb *redis.Client) {
+	t.Cleanup(func() { rdb.Close() })
+	still := time.Now()
+	app := newApp(core.New(rdb, core.WithTimeout(10*time.Second), core.WithClock(func() time.Time { return still })))
+	send := func(i int, apiKey string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, "/partner/stock", nil)
+		r.RemoteAddr = fmt.Sprintf("198.51.100.%d:4000", i%100+1) // under the global limit per address
+		if apiKey != "" {
+			r.Header.Set("X-Api-Key", apiKey)
+		}
+		w := httptest.NewRecorder()
+		app.ServeHTTP(w, r)
+		return w
+	}
+	if w := send(0, ""); w.Code != http.StatusUnauthorized {
+		t.Fatalf("without an API key: %d, want 401", w.Code)
+	}
+	if w := send(0, "key-nobody"); w.Code != http.StatusUnauthorized {
+		t.Fatalf("an unknown API key: %d, want 401", w.Code)
+	}
+	// Each address makes at most two calls, far under the global limit per
+	// address: a denial is the partner's limit.
+	for i := 0; i < 100; i++ {
+		if w := send(i, "key-acme"); w.Code != http.StatusOK {
+			t.Fatalf("acme's call %d: %d", i+1, w.Code)
+		}
+	}
+	if w := send(100, "key-acme"); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("acme's 101st call in a minute: %d, Retry-After %q; want 429", w.Code, w.Header().Get("Retry-After"))
+	}
+	if w := send(100, "key-globex"); w.Code != http.StatusOK {
+		t.Fatalf("globex from the same address: %d, want 200", w.Code)
+	}
+}

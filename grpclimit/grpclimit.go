@@ -1,0 +1,414 @@
+// Package grpclimit puts redlimit in front of gRPC services: unary and
+// stream server interceptors that decide every call as the HTTP adapters
+// decide a request, with the same policies, keys, options and Redis state.
+//
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, core.PerSecond(20))),
+//		grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(lim, core.PerSecond(20))),
+//	)
+//
+// It is a module of its own (github.com/redlimit/redlimit/grpclimit), so
+// that HTTP-only users never download grpc.
+//
+// # A call as the policy sees it
+//
+// A call is decided through redlimit's request flow (redlimit.Serve) as a
+// request whose method is POST, whose URL path and Pattern are the call's
+// full method ("/pkg.Service/Method"), whose RemoteAddr is the peer's
+// address (peer.FromContext), whose Header is the incoming metadata (keys
+// in canonical form, pseudo-headers left out) and whose context is the
+// call's. So the HTTP layer's key functions, skips and observers work on
+// calls as written: keyfunc.IP() keys by the peer's address, the default,
+// giving the same "ip:..." keys as on HTTP; keyfunc.ContextUser reads what
+// an authentication interceptor put in the context; keyfunc.Header reads
+// metadata, which a client chooses, so only when told to. A policy named
+// the same on an HTTP gateway and a gRPC server shares its state.
+//
+// # Answers
+//
+// A call that may proceed gets the rate-limit fields in its header
+// metadata, lowercase, as the HTTP layer writes them: x-ratelimit-limit,
+// x-ratelimit-remaining and x-ratelimit-reset by default, ratelimit-policy
+// and ratelimit with redlimit.WithHeaders(redlimit.HeadersDraft). A call
+// that may not proceed is not handed to the handler and ends with a
+// status:
+//
+//   - denied: codes.ResourceExhausted, "rate limit exceeded", with a
+//     google.rpc.RetryInfo detail whose retry_delay is the exact wait
+//     (core.Result.RetryAfter, rounded up to the millisecond; the
+//     Retry-After sent when redlimit.WithRetryAfterJitter made that
+//     longer), and header metadata retry-after (whole seconds, rounded up)
+//     beside the rate-limit fields;
+//   - Redis failing under redlimit.FailClosed: codes.Unavailable,
+//     "rate limiter unavailable", RetryInfo of 1 s and retry-after: 1;
+//   - no key (or invalid limits picked by redlimit.WithRequestLimits):
+//     codes.InvalidArgument, "request has no rate limit key", logged as on
+//     HTTP; the status never carries the error's details;
+//   - the client gone while a shaping limit made the call wait: the
+//     context's status (codes.Canceled or codes.DeadlineExceeded).
+//
+// Redis failing under the default redlimit.FailOpen lets the call through
+// without rate-limit metadata; the error is logged and observed.
+//
+// # Requests in flight
+//
+// A policy with a core.Concurrency limit holds a slot per call until its
+// handler returns: a unary handler, or a stream handler, that is for the
+// stream's whole life. A handler that panics frees its slot, and the panic
+// goes on up. With redlimit.WithResponseCost, each admitted call is
+// settled after its handler, and the cost function gets the HTTP status
+// of the call's gRPC code (the usual mapping: OK 200, InvalidArgument 400,
+// Unauthenticated 401, PermissionDenied 403, NotFound 404,
+// ResourceExhausted 429, Unavailable 503, ...) and a header holding only
+// the rate-limit fields.
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
+)
+
+// Option configures an interceptor: the HTTP layer's options (With), a
+// key function of the call (WithKey), and limits per method (WithRules).
+// Options apply in order; of two that set the same thing, the later wins.
+type Option func(*config)
+
+// config is what the Options of an interceptor say.
+type config struct {
+	policy   []redlimit.Option
+	rules    redlimit.Rules
+	hasRules bool // WithRules was given, maybe with an empty table
+}
+
+// With applies options of the HTTP layer to the interceptor's policy, in
+// order, as on every adapter. Those that mean something for calls:
+// redlimit.WithName (the state's scope and the metrics label; ignored with
+// WithRules, whose rules are named by their patterns), WithAlso, WithKey,
+// WithCost, WithSkip, WithFailure, WithDryRun, WithObserver (so
+// promlimit's and otellimit's Metrics.Observer() attach as they are),
+// WithRequestLimits, WithResponseCost, WithHeaders, WithResetUnix,
+// WithRetryAfterJitter and WithPartitionKey. WithProblemDetails and
+// WithDenyHandler shape an HTTP body that a call does not have: they
+// change nothing, and a call that does not pass always ends with the
+// status the package documentation lists.
+func With(opts ...redlimit.Option) Option {
+	return func(c *config) { c.policy = append(c.policy, opts...) }
+}
+
+// WithKey keys calls by what key returns for the call's context and full
+// method ("/pkg.Service/Method"), for example a user an authentication
+// interceptor put in the context. An error is answered
+// codes.InvalidArgument, never let through unlimited; return an error
+// wrapping keyfunc.ErrNoKey for a call without the identity. The default
+// is the peer's IP address (keyfunc.IP()). key must be safe for
+// concurrent use. It is With(redlimit.WithKey(...)) for a function of the
+// call; a keyfunc.Func works through With as well.
+func WithKey(key func(ctx context.Context, fullMethod string) (string, error)) Option {
+	return With(redlimit.WithKey(func(r *http.Request) (string, error) {
+		return key(r.Context(), r.URL.Path)
+	}))
+}
+
+// WithRules limits calls per method, on top of the interceptor's limit: a
+// table of patterns, "/pkg.Service/Method" for one method or
+// "/pkg.Service/*" for every method of a service, to limit strings
+// (core.ParseLimits' grammar), typically loaded with redlimit.ParseRules.
+// The interceptor's limit is the table's catch-all ("*", so the table
+// must not have one): it applies to every call, decided with the limits
+// of the rule that matches the call most specifically, all or nothing, in
+// one round trip; a call no rule matches is decided under it alone. Each
+// rule is a policy named by its pattern. A pattern of another form, or a
+// table without rules, is an error wrapping redlimit.ErrInvalidRules;
+// redlimit.WithAlso and WithRequestLimits are not for rules. The default
+// is no rules; a later WithRules replaces an earlier one's table.
+func WithRules(rules redlimit.Rules) Option {
+	copied := make(redlimit.Rules, len(rules))
+	for pattern, spec := range rules {
+		copied[pattern] = spec
+	}
+	return func(c *config) { c.rules, c.hasRules = copied, true }
+}
+
+// UnaryServerInterceptor returns an interceptor that limits unary calls
+// by limit, with opts (see the package documentation for what a call
+// looks like to the policy and what a denied call gets). It panics if the
+// limit or an option is invalid: it runs at start-up. The interceptor is
+// safe for concurrent use. Chain one per server, with WithRules for
+// limits per method: each interceptor adds its own rate-limit fields to
+// the header metadata, so with two a client sees each field twice.
+func UnaryServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) grpc.UnaryServerInterceptor {
+	p, err := newPolicy(l, limit, opts)
+	if err != nil {
+		panic(err)
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		w := newWriter()
+		d := redlimit.Serve(p, w, request(ctx, info.FullMethod), func(http.ResponseWriter, *http.Request) int {
+			if md := w.metadata(); md != nil {
+				_ = grpc.SetHeader(ctx, md) // fails only once headers were sent: never before the handler
+			}
+			resp, err = handler(ctx, req)
+			return httpStatus(err)
+		})
+		if !d.Allowed() {
+			if md := w.metadata(); md != nil {
+				_ = grpc.SetHeader(ctx, md)
+			}
+			return nil, refusal(ctx, d, w)
+		}
+		return resp, err
+	}
+}
+
+// StreamServerInterceptor returns an interceptor that limits streaming
+// calls by limit, with opts: one decision when the stream opens, whatever
+// it carries; a Concurrency limit's slot is held until the stream handler
+// returns. It panics if the limit or an option is invalid: it runs at
+// start-up. The interceptor is safe for concurrent use.
+func StreamServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) grpc.StreamServerInterceptor {
+	p, err := newPolicy(l, limit, opts)
+	if err != nil {
+		panic(err)
+	}
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		ctx := ss.Context()
+		w := newWriter()
+		d := redlimit.Serve(p, w, request(ctx, info.FullMethod), func(http.ResponseWriter, *http.Request) int {
+			if md := w.metadata(); md != nil {
+				_ = ss.SetHeader(md)
+			}
+			err = handler(srv, ss)
+			return httpStatus(err)
+		})
+		if !d.Allowed() {
+			if md := w.metadata(); md != nil {
+				_ = ss.SetHeader(md)
+			}
+			return refusal(ctx, d, w)
+		}
+		return err
+	}
+}
+
+// newPolicy checks limit and opts and builds the policy calls are decided
+// under: one for every call, or, with WithRules, a rules table whose
+// catch-all is limit.
+func newPolicy(l *core.Limiter, limit core.Limit, opts []Option) (redlimit.Policy, error) {
+	var c config
+	for _, opt := range opts {
+		opt(&c)
+	}
+	if !c.hasRules {
+		return redlimit.NewPolicy(l, limit, c.policy...)
+	}
+	if len(c.rules) == 0 {
+		return nil, fmt.Errorf("%w: grpclimit.WithRules: the table has no rules", redlimit.ErrInvalidRules)
+	}
+	if err := limit.Validate(); err != nil {
+		return nil, fmt.Errorf("grpclimit: the interceptor's limit: %w", err)
+	}
+	table := redlimit.Rules{"*": limit.String()}
+	for pattern, spec := range c.rules {
+		if err := checkPattern(pattern); err != nil {
+			return nil, fmt.Errorf("%w: rule %q: %s", redlimit.ErrInvalidRules, pattern, err)
+		}
+		table[pattern] = spec
+	}
+	return redlimit.NewRuleSet(l, table, c.policy...)
+}
+
+// checkPattern accepts "/pkg.Service/Method" and "/pkg.Service/*".
+func checkPattern(pattern string) error {
+	const form = `a pattern is "/package.Service/Method" or "/package.Service/*"`
+	if pattern == "*" {
+		return errors.New("the interceptor's limit is the catch-all: leave \"*\" out of the table")
+	}
+	service, method, ok := strings.Cut(strings.TrimPrefix(pattern, "/"), "/")
+	if !strings.HasPrefix(pattern, "/") || !ok || !isName(service, true) || (method != "*" && !isName(method, false)) {
+		return errors.New(form)
+	}
+	return nil
+}
+
+// isName reports whether s is a protobuf name: a method's, or with dots a
+// service's full name.
+func isName(s string, dots bool) bool {
+	if s == "" || s[0] == '.' || s[len(s)-1] == '.' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case b == '_', 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		case b == '.' && dots:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// request returns the call as its policy sees it (see the package
+// documentation).
+func request(ctx context.Context, fullMethod string) *http.Request {
+	r := &http.Request{
+		Method:     http.MethodPost,
+		URL:        &url.URL{Path: fullMethod},
+		Proto:      "HTTP/2.0",
+		ProtoMajor: 2,
+		RequestURI: fullMethod,
+		Pattern:    fullMethod,
+		Header:     http.Header{},
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		for k, v := range md { // a copy of the metadata: its slices are ours
+			switch {
+			case k == ":authority" && len(v) > 0:
+				r.Host = v[0]
+			case !strings.HasPrefix(k, ":"):
+				r.Header[textproto.CanonicalMIMEHeaderKey(k)] = v
+			}
+		}
+	}
+	var local net.Addr = unknownAddr{} // no peer, or one that is not a Unix socket's
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		r.RemoteAddr = p.Addr.String()
+		switch {
+		case strings.HasPrefix(p.Addr.Network(), "unix"):
+			local = p.Addr
+		case p.LocalAddr != nil:
+			local = p.LocalAddr
+		}
+	}
+	if _, tcp := local.(*net.TCPAddr); !tcp { // keyfunc.IP tells a Unix-socket peer by the address it came to
+		ctx = context.WithValue(ctx, http.LocalAddrContextKey, local)
+	}
+	return r.WithContext(ctx)
+}
+
+// unknownAddr is the local address of a call whose peer is unknown.
+type unknownAddr struct{}
+
+func (unknownAddr) Network() string { return "unknown" }
+func (unknownAddr) String() string  { return "" }
+
+// writer is what the request flow writes a call's answer to: only the
+// header is kept, to become metadata.
+type writer struct{ header http.Header }
+
+func newWriter() *writer { return &writer{header: http.Header{}} }
+
+func (w *writer) Header() http.Header         { return w.header }
+func (w *writer) Write(b []byte) (int, error) { return len(b), nil }
+func (w *writer) WriteHeader(int)             {}
+
+// fields are the rate-limit header fields, and their metadata keys.
+var fields = [...]struct{ header, key string }{
+	{"X-Ratelimit-Limit", "x-ratelimit-limit"},
+	{"X-Ratelimit-Remaining", "x-ratelimit-remaining"},
+	{"X-Ratelimit-Reset", "x-ratelimit-reset"},
+	{"Retry-After", "retry-after"},
+	{"Ratelimit-Policy", "ratelimit-policy"},
+	{"Ratelimit", "ratelimit"},
+}
+
+// metadata returns the rate-limit fields written so far, nil for none.
+func (w *writer) metadata() metadata.MD {
+	var md metadata.MD
+	for _, f := range fields {
+		if v := w.header[f.header]; len(v) > 0 {
+			if md == nil {
+				md = make(metadata.MD, len(fields))
+			}
+			md[f.key] = v
+		}
+	}
+	return md
+}
+
+// refusal is the status of a call that may not proceed.
+func refusal(ctx context.Context, d redlimit.Decision, w *writer) error {
+	var st *status.Status
+	switch d.Status {
+	case http.StatusTooManyRequests:
+		st = withRetry(status.New(codes.ResourceExhausted, "rate limit exceeded"), retryDelay(d, w))
+	case http.StatusServiceUnavailable:
+		if err := ctx.Err(); err != nil && errors.Is(d.Err, err) { // the client left
+			return status.FromContextError(err).Err()
+		}
+		st = withRetry(status.New(codes.Unavailable, "rate limiter unavailable"), time.Second)
+	default:
+		st = status.New(codes.InvalidArgument, "request has no rate limit key")
+	}
+	return st.Err()
+}
+
+// retryDelay is a denial's RetryInfo: the exact wait, rounded up to the
+// millisecond, or the Retry-After sent if jitter made it longer.
+func retryDelay(d redlimit.Decision, w *writer) time.Duration {
+	wait := d.Result.RetryAfter
+	if wait > core.InfDuration-time.Second {
+		return wait
+	}
+	wait = (wait + time.Millisecond - 1).Truncate(time.Millisecond)
+	sent, err := strconv.ParseInt(w.header.Get("Retry-After"), 10, 64)
+	if whole := time.Duration(sent) * time.Second; err == nil && whole > (wait+time.Second-1).Truncate(time.Second) {
+		return whole // the jitter added whole seconds, or the wait was under a millisecond
+	}
+	return wait
+}
+
+// withRetry adds a RetryInfo detail to st.
+func withRetry(st *status.Status, delay time.Duration) *status.Status {
+	if with, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
+		return with
+	}
+	return st
+}
+
+// httpStatus is the HTTP status of a handler's error, for WithResponseCost.
+func httpStatus(err error) int {
+	switch status.Code(err) {
+	case codes.OK:
+		return http.StatusOK
+	case codes.Canceled:
+		return 499 // the client closed the request, as nginx and grpc-gateway say
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return http.StatusBadRequest
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.AlreadyExists, codes.Aborted:
+		return http.StatusConflict
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError // Unknown, Internal, DataLoss
+}

@@ -1,0 +1,255 @@
+// Package pattern reads the patterns of redlimit's rules tables: it refuses
+// the ones no request can match (a method in lower case or unknown, another
+// router's parameter syntax, a path no router produces), writes the others
+// as net/http ServeMux patterns, and tells whether one can match a route of
+// gin or echo, for their adapters' start-up checks.
+package pattern
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// CatchAll is the pattern of the rule whose limits apply to every request.
+const CatchAll = "*"
+
+// Methods are the request methods a pattern may name: RFC 9110's and
+// WebDAV's (RFC 4918). Another is surely a typo, and a rule for it would
+// never apply.
+var Methods = []string{
+	"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "CONNECT", "OPTIONS", "TRACE",
+	"PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK",
+}
+
+// Pattern is a rules table's pattern, checked.
+type Pattern struct {
+	Method string // "" for every method
+	Host   string // "" for every host
+	Mux    string // the pattern as ServeMux reads it: a trailing "*" is "{rest...}"
+	segs   []segment
+}
+
+// segment is one '/'-separated part of a path, as a pattern or a route
+// matches it.
+type segment struct {
+	kind segmentKind
+	text string // a literal's
+}
+
+type segmentKind int
+
+const (
+	literal segmentKind = iota // exactly text ("" after a trailing slash)
+	single                     // any one non-empty segment: {id}, gin's and echo's :id
+	rest                       // one or more segments, the last may be empty: {rest...}, a trailing "/", gin's *name
+)
+
+// Parse checks a pattern, "[METHOD ][HOST]/PATH", with ServeMux's {name},
+// {name...} and {$} wildcards and a trailing "*" for "{rest...}". Its
+// errors say why no request could match the pattern; ServeMux's own checks
+// come after (a {wildcard} that is malformed, patterns that conflict).
+// The catch-all "*" is not a pattern: callers handle it first.
+func Parse(p string) (Pattern, error) {
+	var pat Pattern
+	s := strings.TrimSpace(p)
+	if i := strings.IndexAny(s, " \t"); i >= 0 {
+		pat.Method, s = s[:i], strings.TrimLeft(s[i:], " \t")
+		if err := checkMethod(pat.Method); err != nil {
+			return Pattern{}, err
+		}
+	}
+	slash := strings.IndexByte(s, '/')
+	switch {
+	case s == "":
+		return Pattern{}, fmt.Errorf("no path: a pattern is \"[METHOD ][HOST]/PATH\", as in \"GET /users/{id}\"")
+	case slash < 0:
+		return Pattern{}, fmt.Errorf("no path: %q does not start with '/'", s)
+	case slash > 0:
+		pat.Host = s[:slash]
+		if !hostLike(pat.Host) {
+			return Pattern{}, fmt.Errorf("the path %q does not start with '/' (and %q is not a host name, as in \"api.example.com/users\")", s, pat.Host)
+		}
+	}
+	path := s[slash:]
+	if i := strings.IndexAny(path, "?#"); i >= 0 {
+		return Pattern{}, fmt.Errorf("%q: a request's path never holds %q; a pattern has no query or fragment", path, path[i])
+	}
+	mux := path
+	if i := strings.IndexByte(path, '*'); i >= 0 {
+		switch {
+		case i == len(path)-1 && strings.HasSuffix(path, "/*"):
+			mux = path[:i] + "{rest...}"
+		case i+1 < len(path) && i > 0 && path[i-1] == '/' && isNameByte(path[i+1]):
+			name, _, _ := strings.Cut(path[i+1:], "/")
+			return Pattern{}, fmt.Errorf("'*' may only end a pattern, as in \"GET /api/*\": %q is gin's catch-all, written %q here", path[i:i+1+len(name)], "{"+name+"...}")
+		default:
+			return Pattern{}, fmt.Errorf("'*' may only end a pattern, as in \"GET /api/*\"")
+		}
+	}
+	segs, err := pathSegments(mux)
+	if err != nil {
+		return Pattern{}, err
+	}
+	pat.segs = segs
+	pat.Mux = mux
+	if pat.Host != "" {
+		pat.Mux = pat.Host + mux
+	}
+	if pat.Method != "" {
+		pat.Mux = pat.Method + " " + pat.Mux
+	}
+	return pat, nil
+}
+
+// checkMethod refuses a method no request has.
+func checkMethod(m string) error {
+	if slices.Contains(Methods, m) {
+		return nil
+	}
+	if up := strings.ToUpper(m); slices.Contains(Methods, up) {
+		return fmt.Errorf("method %q: methods are case-sensitive and requests send %q; write it so", m, up)
+	}
+	return fmt.Errorf("unknown method %q: one of %s", m, strings.Join(Methods, ", "))
+}
+
+// hostLike reports whether a pattern's host part looks like one: a name
+// with a dot, localhost, or with a port. Anything else is a path whose '/'
+// was left out ("reports/{id}").
+func hostLike(h string) bool {
+	return strings.ContainsAny(h, ".:[") || h == "localhost"
+}
+
+// pathSegments splits a ServeMux path pattern into segments, refusing
+// what a cleaned request path never holds and other routers' syntax.
+func pathSegments(path string) ([]segment, error) {
+	parts := strings.Split(path[1:], "/")
+	segs := make([]segment, 0, len(parts))
+	for i, part := range parts {
+		last := i == len(parts)-1
+		switch {
+		case part == "" && last: // a trailing slash: the subtree
+			segs = append(segs, segment{kind: rest})
+		case part == "":
+			return nil, fmt.Errorf("an empty segment (\"//\"): requests' paths are cleaned, so it never matches")
+		case part == "." || part == "..":
+			return nil, fmt.Errorf("a %q segment: requests' paths are cleaned, so it never matches", part)
+		case part[0] == ':' && len(part) > 1:
+			return nil, fmt.Errorf("%q is gin's and echo's parameter syntax; rules use ServeMux's, %q", part, "{"+part[1:]+"}")
+		case part == "{$}" && last:
+			segs = append(segs, segment{kind: literal})
+		case strings.HasPrefix(part, "{") && strings.HasSuffix(part, "...}"):
+			segs = append(segs, segment{kind: rest}) // ServeMux refuses one that is not last
+		case strings.HasPrefix(part, "{") && strings.HasSuffix(part, "}"):
+			name := part[1 : len(part)-1]
+			if i := strings.IndexAny(name, ":="); i >= 0 {
+				return nil, fmt.Errorf("%q: a wildcard with a regular expression (chi's, gorilla/mux's) is not ServeMux's; write %q", part, "{"+name[:i]+"}")
+			}
+			segs = append(segs, segment{kind: single})
+		default:
+			segs = append(segs, segment{kind: literal, text: part})
+		}
+	}
+	return segs, nil
+}
+
+func isNameByte(b byte) bool {
+	return b == '_' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
+}
+
+// MatchesRoute reports whether some request to a route of gin or echo
+// (httprouter syntax: :name parameters, a *name or * catch-all at the end)
+// registered for method ("" for every method) could match p. It errs on
+// the side of yes: a segment with a parameter after a prefix
+// ("/files/x_:name") is taken as any segment. A pattern's host is not
+// looked at: neither router routes on it.
+func (p Pattern) MatchesRoute(method, route string) bool {
+	switch {
+	case p.Method == "" || method == "" || p.Method == method:
+	case p.Method == "GET" && method == "HEAD": // ServeMux's GET patterns match HEAD requests
+	default:
+		return false
+	}
+	return overlap(p.segs, routeSegments(route))
+}
+
+// routeSegments splits a gin or echo route into segments.
+func routeSegments(route string) []segment {
+	route = strings.TrimPrefix(route, "/")
+	parts := strings.Split(route, "/")
+	segs := make([]segment, 0, len(parts))
+	for _, part := range parts {
+		switch {
+		case strings.ContainsRune(part, '*'): // a catch-all: anything from here
+			return append(segs, segment{kind: rest})
+		case strings.ContainsRune(part, ':'): // a parameter, maybe after a prefix ("x_:name"): taken as any segment
+			segs = append(segs, segment{kind: single})
+		default:
+			segs = append(segs, segment{kind: literal, text: part})
+		}
+	}
+	return segs
+}
+
+// overlap reports whether some path matches both a and b.
+func overlap(a, b []segment) bool {
+	for len(a) > 0 && len(b) > 0 {
+		if a[0].kind == rest || b[0].kind == rest {
+			return true
+		}
+		x, y := a[0], b[0]
+		if x.kind == single {
+			x, y = y, x
+		}
+		switch {
+		case x.kind == literal && y.kind == literal && x.text != y.text:
+			return false
+		case x.kind == literal && y.kind == single && x.text == "": // a wildcard's segment is never empty
+			return false
+		}
+		a, b = a[1:], b[1:]
+	}
+	return len(a) == 0 && len(b) == 0
+}
+
+// Route is a route of a router: its method ("" for every method) and its
+// path in the router's syntax.
+type Route struct {
+	Method, Path string
+}
+
+// Unrouted returns the patterns of rules (the catch-all aside) that match
+// none of routes, sorted, or the error of the first pattern, in sorted
+// order, that no request can match.
+func Unrouted(rules map[string]string, routes []Route) ([]string, error) {
+	patterns := make([]string, 0, len(rules))
+	for p := range rules {
+		if p != CatchAll {
+			patterns = append(patterns, p)
+		}
+	}
+	slices.Sort(patterns)
+	var unrouted []string
+	for _, p := range patterns {
+		pat, err := Parse(p)
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", p, err)
+		}
+		if !slices.ContainsFunc(routes, func(r Route) bool { return pat.MatchesRoute(r.Method, r.Path) }) {
+			unrouted = append(unrouted, p)
+		}
+	}
+	return unrouted, nil
+}
+
+// Quote writes patterns for an error message: `rule "a"`, `rules "a", "b"`.
+func Quote(patterns []string) string {
+	q := make([]string, len(patterns))
+	for i, p := range patterns {
+		q[i] = fmt.Sprintf("%q", p)
+	}
+	if len(q) == 1 {
+		return "rule " + q[0]
+	}
+	return "rules " + strings.Join(q, ", ")
+}
