@@ -21,7 +21,9 @@ func Example_newLimiter() {
 	defer m.Close()
 	redisAddr := m.Addr()
 
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr}) // or a ClusterClient, a FailoverClient
+	// ContextTimeoutEnabled: go-redis bounds each command by its context,
+	// so a caller alone sends its own decision (docs/engine.md).
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true}) // or a ClusterClient, a FailoverClient
 	lim := core.New(rdb)
 	defer rdb.Close()
 

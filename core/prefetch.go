@@ -131,8 +131,15 @@ func (l *Limiter) prefetched(ctx context.Context, d *decision, id string, limits
 		}
 		g := ls.g.Swap(nil)
 		size := ls.nextSize(g, now, d.prefetch, l.fixedPrefetch)
+		ls.lastFetch = now
+		if size == 0 { // a key decided once in a while: a plain decision, nobody waits for it
+			ls.mu.Unlock()
+			l.release(g, now)
+			res, i, _, err := l.remote(ctx, d, id, limits, results, false)
+			return res, i, err
+		}
 		done := make(chan struct{})
-		ls.fetching, ls.lastFetch = done, now
+		ls.fetching = done
 		ls.mu.Unlock()
 		l.release(g, now)
 

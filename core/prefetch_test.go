@@ -511,3 +511,50 @@ func TestPrefetchConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefetchConcurrentMeter: 4 Limiters on separate clients, 16
+// goroutines each, hammer one GCRA key at one instant (the clock stands
+// still): together they admit no more than the burst, and less by at most
+// the documented bound: the lease's slack (20 ms of the rate) and what
+// each Limiter still holds (at most Prefetch each).
+func TestPrefetchConcurrentMeter(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends[:2] {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			w := b.start(t)(t)
+			l := core.Limit{Rate: 1000, Period: time.Second, Burst: 2000, Prefetch: 50}
+			lims := make([]*core.Limiter, 4)
+			for i := range lims {
+				lims[i] = w.limiter()
+			}
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			for g := 0; g < 64; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 100 && ctx.Err() == nil; i++ {
+						res, err := lims[g%4].Allow(ctx, "hot", l)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if res.Allowed {
+							admitted.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			got, slack := int(admitted.Load()), 20 // 20 ms at 1000/s
+			if got > l.Burst || got < l.Burst-slack-4*l.Prefetch {
+				t.Fatalf("%d admitted at one instant of 6400 asked, want at most the burst %d and at least %d",
+					got, l.Burst, l.Burst-slack-4*l.Prefetch)
+			}
+			t.Logf("%d admitted of a burst of %d", got, l.Burst)
+		})
+	}
+}

@@ -113,6 +113,7 @@ func Redis() (rdb *redis.Client, where string, stop func(), err error) {
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
+		opts.ContextTimeoutEnabled = true // a caller alone sends its own decision (docs/engine.md)
 		rdb = redis.NewClient(opts)
 		return rdb, "Redis at " + opts.Addr, func() { rdb.Close() }, nil
 	}
@@ -120,7 +121,7 @@ func Redis() (rdb *redis.Client, where string, stop func(), err error) {
 	if err != nil {
 		return nil, "", nil, err
 	}
-	rdb = redis.NewClient(&redis.Options{Addr: m.Addr()})
+	rdb = redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	return rdb, "embedded miniredis (set REDIS_URL to use a real Redis)", func() {
 		rdb.Close()
 		m.Close()
