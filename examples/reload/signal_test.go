@@ -3,37 +3,19 @@
 package main
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/internal/redistest"
 )
-
-// lockedBuffer is a log's output, safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestSIGHUP: the program's own wiring, a real SIGHUP sent to this
 // process, reloads the rules; a file with a mistake is logged and the
@@ -42,7 +24,7 @@ func TestSIGHUP(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { rdb.Close() })
 	a := newTestApp(t, rdb, `{"GET /hello": "100/m"}`)
-	var out lockedBuffer
+	var out redistest.LockedBuffer
 	log := slog.New(slog.NewTextHandler(&out, nil))
 	hup := hangups()
 	done := make(chan struct{})

@@ -151,7 +151,7 @@ func launch(t testing.TB, path string, port int, m mode, extra ...string) (*Serv
 // run kills it and says why. The caller holds s.mu.
 func (s *Server) run() error {
 	cmd := exec.Command(s.path, s.args...)
-	var out lockedBuffer
+	var out LockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		return err
@@ -446,22 +446,22 @@ func freePort(cluster bool) (int, error) {
 	return 0, errors.New("no free loopback port pair for a cluster node")
 }
 
-// lockedBuffer collects a process's output; the process writes from its own
-// goroutine while a failing start reads it.
-type lockedBuffer struct {
+// LockedBuffer collects output written from other goroutines (a process's,
+// a logger's), safe for concurrent use; a failing start reads it.
+type LockedBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
 // Write appends p.
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *LockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
 // String returns what was written.
-func (b *lockedBuffer) String() string {
+func (b *LockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()

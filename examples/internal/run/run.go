@@ -188,14 +188,17 @@ func CheckHelp(t *testing.T, want ...string) {
 // (internal/redistest): what the README's quick start promises of the app
 // every example builds. The clock stands still, so that a slow run under
 // -race refills nothing.
-func Check(t *testing.T, newApp func(*core.Limiter) http.Handler) {
+func Check(t *testing.T, newApp func(*core.Limiter) http.Handler) { onBoth(t, newApp, check) }
+
+// onBoth runs f as parallel subtests on an embedded Redis and on a real one.
+func onBoth(t *testing.T, newApp func(*core.Limiter) http.Handler, f func(*testing.T, func(*core.Limiter) http.Handler, *redis.Client)) {
 	t.Run("miniredis", func(t *testing.T) {
 		t.Parallel()
-		check(t, newApp, redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}))
+		f(t, newApp, redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}))
 	})
 	t.Run("redis-server", func(t *testing.T) {
 		t.Parallel()
-		check(t, newApp, redistest.Standalone(t).Client(t))
+		f(t, newApp, redistest.Standalone(t).Client(t))
 	})
 }
 
@@ -272,14 +275,7 @@ func check(t *testing.T, newApp func(*core.Limiter) http.Handler, rdb *redis.Cli
 // 100 calls a minute per partner, from whichever address, keyed by the
 // adapter's Key.
 func CheckPartners(t *testing.T, newApp func(*core.Limiter) http.Handler) {
-	t.Run("miniredis", func(t *testing.T) {
-		t.Parallel()
-		checkPartners(t, newApp, redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}))
-	})
-	t.Run("redis-server", func(t *testing.T) {
-		t.Parallel()
-		checkPartners(t, newApp, redistest.Standalone(t).Client(t))
-	})
+	onBoth(t, newApp, checkPartners)
 }
 
 func checkPartners(t *testing.T, newApp func(*core.Limiter) http.Handler, rdb *redis.Client) {
