@@ -321,17 +321,20 @@ func TestBatchScriptByTag(t *testing.T) {
 			hold, trips := newHoldHook(false, isDecision), &roundTrips{}
 			rdb.AddHook(hold)
 			rdb.AddHook(trips)
-			// 12 decisions on "hot", alone or with a second limit, and 6 on
-			// keys of their own.
+			// 12 decisions on a hot key, alone or with a second limit, and 6
+			// on keys of their own, all on the node of "first" (each node
+			// has a queue of its own).
 			const hot, cold = 12, 6
+			keys := keysOnNode(t, rdb, "first", 1+cold)
+			hotKey := keys[0]
 			results, errs := queueBehind(t, lim, hold, gcra, hot+cold, func(i int) (core.Result, error) {
 				switch {
 				case i >= hot:
-					return lim.Allow(ctx, fmt.Sprint("cold", i), gcra)
+					return lim.Allow(ctx, keys[1+i-hot], gcra)
 				case i%2 == 0:
-					return lim.Allow(ctx, "hot", gcra)
+					return lim.Allow(ctx, hotKey, gcra)
 				}
-				return lim.AllowAll(ctx, "hot", []core.Limit{gcra, window}, 1)
+				return lim.AllowAll(ctx, hotKey, []core.Limit{gcra, window}, 1)
 			})
 			if err := errors.Join(errs...); err != nil {
 				t.Fatal(err)
@@ -353,7 +356,7 @@ func TestBatchScriptByTag(t *testing.T) {
 					trips.batchCalls.Load(), trips.decisions.Load(), hot, 1+hot+cold)
 			}
 			// The window counted only the admitted AllowAll decisions.
-			res, err := lim.AllowN(ctx, "hot", window, 0)
+			res, err := lim.AllowN(ctx, hotKey, window, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -365,6 +368,93 @@ func TestBatchScriptByTag(t *testing.T) {
 			}
 			if res.Remaining != 20-admitted {
 				t.Fatalf("the window has %d left, want %d: it must count the %d admitted AllowAll decisions only", res.Remaining, 20-admitted, admitted)
+			}
+		})
+	}
+}
+
+// nodeOf returns the address of the node of a Cluster or Ring that holds
+// the state of key (its hash tag is the key).
+func nodeOf(t *testing.T, rdb redis.UniversalClient, key string) string {
+	t.Helper()
+	var node *redis.Client
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		node, err = c.MasterForKey(context.Background(), "{"+key+"}")
+	case *redis.Ring:
+		node, err = c.GetShardClientForKey("{" + key + "}")
+	default:
+		t.Fatalf("nodeOf: %T is no Cluster or Ring client", rdb)
+	}
+	if err != nil {
+		t.Fatalf("the node of %q: %v", key, err)
+	}
+	return node.Options().Addr
+}
+
+// keysOnNode returns n keys other than key whose state is on key's node.
+func keysOnNode(t *testing.T, rdb redis.UniversalClient, key string, n int) []string {
+	t.Helper()
+	want := nodeOf(t, rdb, key)
+	var keys []string
+	for i := 0; len(keys) < n && i < 100*n; i++ {
+		if k := fmt.Sprint("k", i); nodeOf(t, rdb, k) == want {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) < n {
+		t.Fatalf("found %d keys on the node of %q, want %d", len(keys), key, n)
+	}
+	return keys
+}
+
+// TestLanesApart: on a Cluster and a Ring, a round trip held on one node
+// holds up no decision on another node's keys: each node has its queue and
+// senders (and breaker).
+func TestLanesApart(t *testing.T) {
+	t.Parallel()
+	a, b := redistest.Standalone(t), redistest.Standalone(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}})
+	t.Cleanup(func() { ring.Close() })
+	clients := map[string]interface {
+		redis.UniversalClient
+		AddHook(redis.Hook)
+	}{"cluster": redistest.NewCluster(t, 3).Client(t), "ring": ring}
+	for name, rdb := range clients {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			// One sender per node: with one for all, every decision would
+			// wait behind the held one.
+			lim := core.New(rdb, core.WithPrefix(uniquePrefix()), core.WithPipelines(1), patient)
+			l := core.PerHour(10)
+			var elsewhere []string
+			held := nodeOf(t, rdb, "first")
+			for i := 0; len(elsewhere) < 20 && i < 1000; i++ {
+				if k := fmt.Sprint("k", i); nodeOf(t, rdb, k) != held {
+					elsewhere = append(elsewhere, k)
+				}
+			}
+			hold := newHoldHook(false, isDecision)
+			rdb.AddHook(hold)
+			first := make(chan error, 1)
+			go func() {
+				_, err := lim.Allow(ctx, "first", l)
+				first <- err
+			}()
+			<-hold.reached
+			for _, k := range elsewhere {
+				ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				res, err := lim.Allow(ctx, k, l)
+				cancel()
+				if err != nil || !res.Allowed {
+					t.Fatalf("%s, on another node than the held round trip: %+v, %v", k, res, err)
+				}
+			}
+			close(hold.release)
+			if err := <-first; err != nil {
+				t.Fatalf("the held decision: %v", err)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -12,79 +13,109 @@ import (
 const (
 	defaultBreakerAfter  = 500 * time.Millisecond // how long decisions must fail before it opens (WithBreaker)
 	breakerMinFailures   = 3                      // failed decisions in a row, at least, that open it
-	breakerProbeInterval = 250 * time.Millisecond // how often an open breaker lets a probe through
+	breakerProbeInterval = 250 * time.Millisecond // how often an open breaker probes Redis
+	breakerProbeIdle     = 2 * time.Second        // an open breaker nobody asked for this long stops probing
+	breakerProbeTimeout  = time.Second            // bounds a probe (go-redis's own timeouts may bound it later)
 )
 
-// breaker fails decisions fast while Redis keeps failing. It opens once
-// decisions have failed (an error or a timeout) for `after` with no success
-// in between, and at least breakerMinFailures of them. While open, every
-// decision fails at once with ErrUnavailable, except one probe every
-// breakerProbeInterval, which is sent as usual; the first success closes
-// it. A caller's own context ending is not Redis's failure and counts for
-// nothing. Time is the process's clock, not the Limiter's: the breaker is
-// about waiting, which happens in real time.
+// breaker fails decisions fast while one Redis server keeps failing; there
+// is one per lane (engine.go). It opens once decisions have failed (an
+// error or a timeout) for `after` with no success in between, and at least
+// breakerMinFailures of them. While open, every decision fails at once with
+// ErrUnavailable, and the breaker probes the server itself, in a goroutine
+// of its own, every breakerProbeInterval (a PING): no caller's decision
+// waits on a server that is down. The first probe answered closes it. The
+// prober stops when nobody has asked the breaker for breakerProbeIdle, and
+// starts again with the next decision. A caller's own context ending is not
+// Redis's failure and counts for nothing. Time is the process's clock, not
+// the Limiter's: the breaker is about waiting, which happens in real time.
 type breaker struct {
-	after time.Duration // 0: never open
-	log   *slog.Logger
+	after  time.Duration                   // 0: never open
+	log    *slog.Logger                    //
+	where  string                          // " at ADDR" on a Cluster or Ring, for messages
+	probe  func(ctx context.Context) error // asks the server whether it answers
+	probed func()                          // after each failed probe (a Cluster's slot map reload)
 
 	open     atomic.Bool   // read by every decision without the lock
 	opens    atomic.Uint64 // times it opened; read by metrics without the lock
 	failures atomic.Int32  // in a row; read by every success without the lock
+	probing  atomic.Bool   // a prober runs
+	asked    atomic.Int64  // unix ns of the last decision the open breaker refused
+	err      atomic.Pointer[error]
 
-	mu        sync.Mutex
-	since     time.Time // the first failure in the row
-	nextProbe time.Time
-	probing   bool
-	err       error // what an open breaker answers
+	mu    sync.Mutex
+	since time.Time // the first failure in the row
 }
 
-// admit reports whether a decision may go to Redis now, and whether it is
-// the probe of an open breaker; if not, the error to answer with.
-func (b *breaker) admit(now time.Time) (probe bool, err error) {
+// admit returns nil if a decision may go to Redis now, or else the error
+// to answer with at once; it makes sure an open breaker probes.
+func (b *breaker) admit() error {
 	if !b.open.Load() {
-		return false, nil
+		return nil
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch {
-	case !b.open.Load():
-		return false, nil
-	case b.probing || now.Before(b.nextProbe):
-		return false, b.err
+	b.asked.Store(time.Now().UnixNano())
+	err := b.err.Load()
+	if !b.open.Load() { // closed meanwhile
+		return nil
 	}
-	b.probing = true
-	return true, nil
+	if b.probing.CompareAndSwap(false, true) {
+		go b.prober()
+	}
+	return *err
 }
 
-// success records a decision Redis answered.
-func (b *breaker) success(probe bool) {
-	if !probe && b.failures.Load() == 0 && !b.open.Load() {
+// prober probes the server every breakerProbeInterval until a probe is
+// answered, which closes the breaker, or nobody asked for breakerProbeIdle.
+func (b *breaker) prober() {
+	for {
+		time.Sleep(breakerProbeInterval)
+		if time.Since(time.Unix(0, b.asked.Load())) > breakerProbeIdle {
+			b.probing.Store(false)
+			// A decision may have been refused between the check and the
+			// store, and seen a prober running: take over again if so.
+			if time.Since(time.Unix(0, b.asked.Load())) > breakerProbeIdle || !b.probing.CompareAndSwap(false, true) {
+				return
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), breakerProbeTimeout)
+		err := b.probe(ctx)
+		cancel()
+		if err == nil {
+			b.success()
+			b.probing.Store(false)
+			return
+		}
+		b.mu.Lock()
+		b.setErr(time.Since(b.since), fmt.Errorf("a probe: %w", err))
+		b.mu.Unlock()
+		if b.probed != nil {
+			b.probed()
+		}
+	}
+}
+
+// success records a decision or a probe Redis answered.
+func (b *breaker) success() {
+	if b.failures.Load() == 0 && !b.open.Load() {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.failures.Store(0)
-	if probe {
-		b.probing = false
-	}
 	if b.open.Load() {
 		b.open.Store(false)
-		b.log.Info("redlimit: Redis answers again; decisions resume")
+		b.log.Info("redlimit: Redis answers again; decisions resume", "where", b.where)
 	}
 }
 
 // failure records a decision that failed with err at now.
-func (b *breaker) failure(now time.Time, probe bool, err error) {
+func (b *breaker) failure(now time.Time, err error) {
 	if b.after <= 0 {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.open.Load() {
-		if probe {
-			b.probing = false
-			b.nextProbe = now.Add(breakerProbeInterval)
-		}
 		return
 	}
 	if b.failures.Add(1) == 1 {
@@ -94,25 +125,23 @@ func (b *breaker) failure(now time.Time, probe bool, err error) {
 	if b.failures.Load() < breakerMinFailures || failing < b.after {
 		return
 	}
-	// The last error's text, not the error: a decision answered at once is
-	// not, say, a timeout.
-	b.err = fmt.Errorf("%w: every decision failed for %v, the last with: %v",
-		ErrUnavailable, failing.Round(time.Millisecond), err)
-	b.nextProbe = now.Add(breakerProbeInterval)
-	b.probing = false
+	b.setErr(failing, err)
 	b.opens.Add(1) // first, so that whoever sees it open then counts this opening
 	b.open.Store(true)
 	b.log.Warn("redlimit: Redis is failing; decisions fail fast until a probe succeeds",
-		"failing_for", failing.Round(time.Millisecond), "failures", b.failures.Load(),
+		"where", b.where, "failing_for", failing.Round(time.Millisecond), "failures", b.failures.Load(),
 		"probe_every", breakerProbeInterval, "error", err)
 }
 
-// release ends a probe that proved nothing (its caller left).
-func (b *breaker) release(probe bool) {
-	if !probe {
-		return
+// setErr sets what an open breaker answers: the last error's text, not the
+// error, since a decision answered at once is not, say, a timeout. The
+// caller holds b.mu.
+func (b *breaker) setErr(failing time.Duration, last error) {
+	err := fmt.Errorf("%w: every decision failed for %v, the last with: %v",
+		ErrUnavailable, failing.Round(time.Millisecond), last)
+	if b.where != "" {
+		err = fmt.Errorf("%w: Redis%s has failed for %v, the last with: %v",
+			ErrUnavailable, b.where, failing.Round(time.Millisecond), last)
 	}
-	b.mu.Lock()
-	b.probing = false
-	b.mu.Unlock()
+	b.err.Store(&err)
 }

@@ -224,21 +224,21 @@ func (l *Limiter) newLimitsCall(s *script, keys []string, now time.Time, rid str
 	return c.append(clock, rid)
 }
 
-// run sends c through the breaker and the engine and returns its reply.
+// run sends c through its lane's breaker and the engine and returns its
+// reply.
 func (l *Limiter) run(ctx context.Context, c *call) ([]int64, error) {
-	probe, err := l.breaker.admit(time.Now())
-	if err != nil {
+	ln := l.engine.lane(ctx, c.args[3].(string))
+	if err := ln.breaker.admit(); err != nil {
 		c.recycle()
 		return nil, err
 	}
-	reply, err := l.engine.do(ctx, c, l.timeout)
+	reply, err := ln.do(ctx, c, l.timeout)
 	switch {
 	case err == nil:
-		l.breaker.success(probe)
+		ln.breaker.success()
 	case ctx.Err() != nil && !errors.Is(err, ErrTimeout): // the caller left: not Redis's failure
-		l.breaker.release(probe)
 	default:
-		l.breaker.failure(time.Now(), probe, err)
+		ln.failed(err)
 	}
 	return reply, err
 }

@@ -2,8 +2,10 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,62 +20,219 @@ import (
 // so a Redis that hangs cannot hold it past its bound (go-redis bounds its
 // own reads by ReadTimeout, seconds, unless the client enables context
 // deadlines). The I/O is done by senders: at most `senders` goroutines per
-// Limiter, started when work arrives and none is idle, and stopped after
+// lane, started when work arrives and none is idle, and stopped after
 // `linger` without work. A sender takes everything queued (up to `batch`
 // calls) and sends it in one round trip (transport.go); what arrives
 // meanwhile waits for the next free sender. So an idle Limiter sends a call
 // at once, and a busy one shares round trips.
 //
+// A lane is the work for one Redis server: a single server has one; on a
+// Cluster or Ring each node serving the keys has its own, with its own
+// queue, senders and breaker, so a node that hangs or fails holds up and
+// fails only the decisions on its own keys. With ContextTimeoutEnabled, a
+// round trip is bounded by the latest deadline of its calls.
+//
 // A client whose commands go-redis bounds by their context's deadline
 // (ContextTimeoutEnabled) lets a caller do its own I/O without outliving
-// its timeout: then, while no round trip is in flight, a caller sends its
-// call itself (direct), saving the hand-off to a sender and back, which
-// costs a wake-up on another core. Under load it queues like any other.
+// its timeout: then, while no round trip of its lane is in flight, a caller
+// sends its call itself (direct), saving the hand-off to a sender and
+// back, which costs a wake-up on another core. Under load it queues like
+// any other.
 type engine struct {
 	transport
 	batch   int           // most calls per round trip
-	senders int           // most round trips in flight
-	queued  int           // most calls waiting for a sender
-	linger  time.Duration // a sender without work stops after it
+	senders int           // most round trips in flight per lane
+	queued  int           // most calls waiting for a sender, per lane
+	linger  atomic.Int64  // a sender without work stops after it (a time.Duration)
 	direct  bool          // the client bounds a command by its context's deadline
+	after   time.Duration // the breakers' WithBreaker
+	log     *slog.Logger
 
-	trips sync.Pool    // of *trip, for direct callers
-	busy  atomic.Int32 // round trips in flight, a sender's or a direct caller's
+	trips sync.Pool // of *trip, for direct callers
+
+	// route returns the node serving key on a Cluster or Ring (nil
+	// otherwise): its client's lane takes the call. reload asks a Cluster
+	// client to reread the slot map, at most once per reloadEvery.
+	route      func(ctx context.Context, key string) (*redis.Client, error)
+	reload     func()
+	reloadedAt atomic.Int64 // unix ns of the last reload asked
+	main       *lane        // a single server's, or calls no node was found for
+	lanes      sync.Map     // *redis.Client -> *lane
+}
+
+// Engine settings.
+const (
+	defaultBatchSize = 128                    // most decisions in one round trip
+	defaultPipelines = 4                      // most round trips in flight per lane, and I/O goroutines
+	senderLinger     = time.Second            // a sender without work waits this long, then stops
+	queuePerSender   = 16                     // the queue holds this many full batches per sender
+	reloadEvery      = 100 * time.Millisecond // a Cluster's slot map is reread at most this often on errors
+)
+
+// errQueueFull is returned at once when the queue is full.
+var errQueueFull = fmt.Errorf("%w: too many decisions waiting for Redis", ErrUnavailable)
+
+func newEngine(rdb redis.Scripter, batch, senders int, batchScript bool, after time.Duration, log *slog.Logger) *engine {
+	e := &engine{batch: batch, senders: senders, after: after, log: log,
+		queued: max(batch*senders*queuePerSender, 1024)}
+	e.linger.Store(int64(senderLinger))
+	e.transport.init(rdb, batch, batchScript, log)
+	e.direct = e.bounded
+	e.trips.New = func() any { return new(trip) }
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		e.route = c.MasterForKey
+		e.reload = func() { c.ReloadState(context.Background()) }
+	case *redis.Ring:
+		e.route = func(_ context.Context, key string) (*redis.Client, error) { return c.GetShardClientForKey(key) }
+	}
+	e.main = e.newLane(nil)
+	return e
+}
+
+// lane returns the lane that carries calls on key.
+func (e *engine) lane(ctx context.Context, key string) *lane {
+	if e.route == nil {
+		return e.main
+	}
+	node, err := e.route(ctx, key)
+	if err != nil || node == nil { // no slot map yet: the client finds the node
+		return e.main
+	}
+	if ln, ok := e.lanes.Load(node); ok {
+		return ln.(*lane)
+	}
+	ln, _ := e.lanes.LoadOrStore(node, e.newLane(node))
+	return ln.(*lane)
+}
+
+// eachLane calls f for every lane.
+func (e *engine) eachLane(f func(*lane)) {
+	f(e.main)
+	e.lanes.Range(func(_, ln any) bool { f(ln.(*lane)); return true })
+}
+
+// reloadSoon asks a Cluster client to reread its slot map, at most once
+// per reloadEvery: after a node failed, its slots may have a new master.
+func (e *engine) reloadSoon() {
+	if e.reload == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := e.reloadedAt.Load()
+	if now-last < int64(reloadEvery) || !e.reloadedAt.CompareAndSwap(last, now) {
+		return
+	}
+	e.reload()
+}
+
+// lane is the work for one Redis server: its queue, senders and breaker.
+type lane struct {
+	e       *engine
+	node    *redis.Client // the node on a Cluster or Ring; nil: the engine's client
+	breaker breaker
+	busy    atomic.Int32 // round trips in flight, a sender's or a direct caller's
+	seen    atomic.Pointer[seenError]
+
 	mu    sync.Mutex
 	queue []*call
 	idle  []*sender // waiting for work, the most recent last
 	alive int       // senders running
 }
 
-// Engine settings.
-const (
-	defaultBatchSize = 128         // most decisions in one round trip
-	defaultPipelines = 4           // most round trips in flight, and I/O goroutines
-	senderLinger     = time.Second // a sender without work waits this long, then stops
-	queuePerSender   = 16          // the queue holds this many full batches per sender
-)
-
-// errQueueFull is returned at once when the queue is full.
-var errQueueFull = fmt.Errorf("%w: too many decisions waiting for Redis", ErrUnavailable)
-
-func newEngine(rdb redis.Scripter, batch, senders int, batchScript bool, log *slog.Logger) *engine {
-	e := &engine{batch: batch, senders: senders, linger: senderLinger,
-		queued: max(batch*senders*queuePerSender, 1024)}
-	e.transport.init(rdb, batch, batchScript, log)
-	e.direct = e.bounded
-	e.trips.New = func() any { return new(trip) }
-	return e
+// seenError is the last error a round trip of a lane ended with, and when.
+type seenError struct {
+	err error
+	at  time.Time
 }
 
-// timeoutError is the error of a call that outlived its timeout.
-type timeoutError struct{ d time.Duration }
+// causeMaxAge is how recent the last error of a lane must be to be named
+// as the likely cause of a timeout.
+const causeMaxAge = 2 * time.Second
+
+func (e *engine) newLane(node *redis.Client) *lane {
+	ln := &lane{e: e, node: node}
+	ln.breaker = breaker{after: e.after, log: e.log, probe: ln.probe, probed: e.reloadSoon}
+	if node != nil {
+		ln.breaker.where = " at " + node.Options().Addr
+	}
+	return ln
+}
+
+// probe asks the lane's server whether it answers, for an open breaker.
+func (ln *lane) probe(ctx context.Context) error {
+	switch {
+	case ln.node != nil:
+		return ln.node.Ping(ctx).Err()
+	case ln.e.process != nil:
+		return ln.e.process(ctx, redis.NewStatusCmd(ctx, "ping"))
+	}
+	return ln.e.rdb.Eval(ctx, "return 1", nil).Err()
+}
+
+// failed records that a call of the lane failed with err: for its breaker,
+// and, for an error that may mean the node is gone or no longer serves its
+// slots, the Cluster's slot map.
+func (ln *lane) failed(err error) {
+	ln.breaker.failure(time.Now(), err)
+	if ln.e.reload != nil && topologyError(err) {
+		ln.e.reloadSoon()
+	}
+}
+
+// topologyError reports whether err may mean that the slot map is stale: a
+// node unreachable or slow, or refusing its slots.
+func topologyError(err error) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return !errors.Is(err, errQueueFull) // a timeout, a network error
+	}
+	return refused(err, "CLUSTERDOWN") || refused(err, "READONLY") || refused(err, "MOVED") ||
+		refused(err, "ASK") || refused(err, "TRYAGAIN") || refused(err, "MASTERDOWN")
+}
+
+// timeoutError is the error of a call that outlived its timeout; cause is
+// the last error its lane saw, if recent.
+type timeoutError struct {
+	d     time.Duration
+	cause error
+}
 
 func (e *timeoutError) Error() string {
+	if e.cause != nil {
+		return fmt.Sprintf("redlimit: no answer from Redis within %v (it last failed with: %v)", e.d, e.cause)
+	}
 	return fmt.Sprintf("redlimit: no answer from Redis within %v", e.d)
 }
 
-// Unwrap lets errors.Is find ErrTimeout and context.DeadlineExceeded.
-func (e *timeoutError) Unwrap() []error { return []error{ErrTimeout, context.DeadlineExceeded} }
+// Unwrap lets errors.Is find ErrTimeout, context.DeadlineExceeded and the
+// cause.
+func (e *timeoutError) Unwrap() []error {
+	if e.cause != nil {
+		return []error{ErrTimeout, context.DeadlineExceeded, e.cause}
+	}
+	return []error{ErrTimeout, context.DeadlineExceeded}
+}
+
+// timedOut returns the error of a call of ln that outlived timeout, naming
+// the lane's last error as its likely cause when it is recent.
+func (ln *lane) timedOut(timeout time.Duration) error {
+	if s := ln.seen.Load(); s != nil && time.Since(s.at) < causeMaxAge {
+		return &timeoutError{timeout, s.err}
+	}
+	return &timeoutError{d: timeout}
+}
+
+// saw records the error a round trip of ln ended with, if it says more
+// than that time ran out.
+func (ln *lane) saw(err error) {
+	var ne net.Error
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		(errors.As(err, &ne) && ne.Timeout()) {
+		return
+	}
+	ln.seen.Store(&seenError{err, time.Now()})
+}
 
 var timers = sync.Pool{New: func() any {
 	t := time.NewTimer(time.Hour)
@@ -84,25 +243,32 @@ var timers = sync.Pool{New: func() any {
 // do runs c and returns its reply, waiting at most timeout (none when it
 // is 0) and no longer than ctx. It takes c: whatever happens, c is
 // recycled once nobody needs it.
-func (e *engine) do(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
+func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
 	if err := ctx.Err(); err != nil { // nobody waits for it: do not send it
 		c.recycle()
 		return nil, err
 	}
-	if e.direct && e.busy.CompareAndSwap(0, 1) {
+	e := ln.e
+	if e.direct && ln.busy.CompareAndSwap(0, 1) {
 		if _, bounded := ctx.Deadline(); timeout > 0 || bounded {
-			return e.doDirect(ctx, c, timeout)
+			return ln.doDirect(ctx, c, timeout)
 		}
-		e.busy.Add(-1)
+		ln.busy.Add(-1)
 	}
-	if err := e.submit(c); err != nil {
+	var due time.Time
+	if timeout > 0 {
+		due = time.Now().Add(timeout)
+	}
+	c.due = due
+	if d, ok := ctx.Deadline(); ok && (due.IsZero() || d.Before(due)) {
+		c.due = d
+	}
+	if err := ln.submit(c); err != nil {
 		c.recycle()
 		return nil, err
 	}
 	var expired <-chan time.Time
-	var due time.Time
 	if timeout > 0 {
-		due = time.Now().Add(timeout)
 		t := timers.Get().(*time.Timer)
 		t.Reset(timeout)
 		defer func() {
@@ -115,7 +281,7 @@ func (e *engine) do(ctx context.Context, c *call, timeout time.Duration) ([]int6
 	select {
 	case <-c.done:
 	case <-expired:
-		err = &timeoutError{timeout}
+		err = ln.timedOut(timeout)
 		// Both may have passed while this goroutine waited for a CPU: the
 		// earlier one is the answer.
 		if d, ok := ctx.Deadline(); ok && d.Before(due) {
@@ -139,18 +305,22 @@ func (e *engine) do(ctx context.Context, c *call, timeout time.Duration) ([]int6
 // timeout or ctx's deadline, whichever is earlier. A cancellation without a
 // deadline is seen when the round trip ends, at the latest at the timeout.
 // It takes c, and ends the round trip do began.
-func (e *engine) doDirect(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
-	defer e.busy.Add(-1)
+func (ln *lane) doDirect(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
+	defer ln.busy.Add(-1)
 	dctx := ctx
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		dctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	e := ln.e
 	t := e.trips.Get().(*trip)
 	t.one[0] = c
 	t.run(dctx, &e.transport, t.one[:])
 	u := &t.units[0] // one call: one unit of its own
+	if len(t.resent) > 0 {
+		u = &t.resent[0]
+	}
 	reply, err := u.reply, u.err
 	t.reset()
 	t.one[0] = nil
@@ -160,8 +330,9 @@ func (e *engine) doDirect(ctx context.Context, c *call, timeout time.Duration) (
 	// moment before the context's own timer, so the clock decides too.
 	deadline, _ := dctx.Deadline()
 	if err != nil && (dctx.Err() != nil || !time.Now().Before(deadline)) {
+		ln.saw(err)
 		if err = ctx.Err(); err == nil {
-			err = &timeoutError{timeout}
+			err = ln.timedOut(timeout)
 		}
 	}
 	return reply, err
@@ -169,35 +340,36 @@ func (e *engine) doDirect(ctx context.Context, c *call, timeout time.Duration) (
 
 // submit queues c, and wakes an idle sender or starts one if none is busy
 // enough to take it next.
-func (e *engine) submit(c *call) error {
-	e.mu.Lock()
-	if len(e.queue) >= e.queued {
-		e.mu.Unlock()
+func (ln *lane) submit(c *call) error {
+	ln.mu.Lock()
+	if len(ln.queue) >= ln.e.queued {
+		ln.mu.Unlock()
 		return errQueueFull
 	}
-	e.queue = append(e.queue, c)
-	if n := len(e.idle); n > 0 {
-		s := e.idle[n-1]
-		e.idle[n-1] = nil
-		e.idle = e.idle[:n-1]
-		e.mu.Unlock()
+	ln.queue = append(ln.queue, c)
+	if n := len(ln.idle); n > 0 {
+		s := ln.idle[n-1]
+		ln.idle[n-1] = nil
+		ln.idle = ln.idle[:n-1]
+		ln.mu.Unlock()
 		s.wake <- struct{}{}
 		return nil
 	}
-	if e.alive < e.senders {
-		e.alive++
-		e.mu.Unlock()
-		s := &sender{e: e, wake: make(chan struct{}, 1)}
+	if ln.alive < ln.e.senders {
+		ln.alive++
+		ln.mu.Unlock()
+		s := &sender{ln: ln, wake: make(chan struct{}, 1)}
 		go s.run()
 		return nil
 	}
-	e.mu.Unlock()
+	ln.mu.Unlock()
 	return nil
 }
 
-// sender is one goroutine that runs queued calls, one round trip at a time.
+// sender is one goroutine that runs queued calls of a lane, one round trip
+// at a time.
 type sender struct {
-	e     *engine
+	ln    *lane
 	wake  chan struct{} // one value when an idle sender is handed work
 	batch []*call
 	trip  trip
@@ -205,45 +377,44 @@ type sender struct {
 
 // run takes batches until there has been no work for the engine's linger.
 func (s *sender) run() {
-	e := s.e
-	timer := time.NewTimer(e.linger)
+	ln := s.ln
+	timer := time.NewTimer(time.Duration(ln.e.linger.Load()))
 	defer timer.Stop()
 	for {
-		e.mu.Lock()
-		if len(e.queue) == 0 {
-			e.idle = append(e.idle, s)
-			linger := e.linger
-			e.mu.Unlock()
-			timer.Reset(linger)
+		ln.mu.Lock()
+		if len(ln.queue) == 0 {
+			ln.idle = append(ln.idle, s)
+			ln.mu.Unlock()
+			timer.Reset(time.Duration(ln.e.linger.Load()))
 			select {
 			case <-s.wake:
 				timer.Stop()
 				continue
 			case <-timer.C:
 			}
-			e.mu.Lock()
-			if i := indexOf(e.idle, s); i >= 0 { // nobody handed us work: stop
-				e.idle = append(e.idle[:i], e.idle[i+1:]...)
-				e.alive--
-				e.mu.Unlock()
+			ln.mu.Lock()
+			if i := indexOf(ln.idle, s); i >= 0 { // nobody handed us work: stop
+				ln.idle = append(ln.idle[:i], ln.idle[i+1:]...)
+				ln.alive--
+				ln.mu.Unlock()
 				return
 			}
-			e.mu.Unlock()
+			ln.mu.Unlock()
 			<-s.wake // handed work just now; the wake is on its way
 			continue
 		}
-		if len(e.queue) <= e.batch { // take it all: swap buffers
-			s.batch, e.queue = e.queue, s.batch[:0]
+		if batch := ln.e.batch; len(ln.queue) <= batch { // take it all: swap buffers
+			s.batch, ln.queue = ln.queue, s.batch[:0]
 		} else {
-			s.batch = append(s.batch[:0], e.queue[:e.batch]...)
-			rest := copy(e.queue, e.queue[e.batch:])
-			clear(e.queue[rest:])
-			e.queue = e.queue[:rest]
+			s.batch = append(s.batch[:0], ln.queue[:batch]...)
+			rest := copy(ln.queue, ln.queue[batch:])
+			clear(ln.queue[rest:])
+			ln.queue = ln.queue[:rest]
 		}
-		e.mu.Unlock()
-		e.busy.Add(1)
+		ln.mu.Unlock()
+		ln.busy.Add(1)
 		s.send()
-		e.busy.Add(-1)
+		ln.busy.Add(-1)
 	}
 }
 
@@ -258,20 +429,38 @@ func indexOf(senders []*sender, s *sender) int {
 
 // send runs the batch and answers every call in it. Calls whose callers
 // left while they were queued are dropped unsent: they never reach Redis.
+// On a client whose commands go-redis bounds by their context's deadline,
+// the round trip is bounded by the latest deadline of the calls, if they
+// all have one. (Not on others: go-redis would use the deadline only for
+// dialling, and making it costs a few allocations per round trip.)
 func (s *sender) send() {
 	live := s.batch[:0]
+	var due time.Time
+	bounded := true
 	for _, c := range s.batch {
 		if c.state.Load() == abandoned {
 			c.recycle()
 			continue
 		}
 		live = append(live, c)
+		bounded = bounded && !c.due.IsZero()
+		if c.due.After(due) {
+			due = c.due
+		}
 	}
 	clear(s.batch[len(live):])
-	if len(live) > 0 {
-		s.trip.run(context.Background(), &s.e.transport, live)
-		s.trip.answer()
-		s.trip.reset()
+	if len(live) == 0 {
+		return
 	}
+	ctx := context.Background()
+	if bounded && s.ln.e.bounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, due)
+		defer cancel()
+	}
+	s.trip.run(ctx, &s.ln.e.transport, live)
+	s.trip.each(func(u *unit) { s.ln.saw(u.err) })
+	s.trip.answer()
+	s.trip.reset()
 	clear(live)
 }

@@ -61,9 +61,13 @@ func FormatLimits(limits []Limit) string {
 
 // Senders returns how many sender goroutines the Limiter runs now.
 func (l *Limiter) Senders() int {
-	l.engine.mu.Lock()
-	defer l.engine.mu.Unlock()
-	return l.engine.alive
+	n := 0
+	l.engine.eachLane(func(ln *lane) {
+		ln.mu.Lock()
+		n += ln.alive
+		ln.mu.Unlock()
+	})
+	return n
 }
 
 // DenyCacheLen returns how many keys the deny cache holds.
@@ -76,11 +80,7 @@ func (l *Limiter) DenyCacheLen() int {
 
 // SetLinger changes how long the Limiter's idle senders wait before they
 // stop, so tests of goroutine counts need not wait a second.
-func (l *Limiter) SetLinger(d time.Duration) {
-	l.engine.mu.Lock()
-	defer l.engine.mu.Unlock()
-	l.engine.linger = d
-}
+func (l *Limiter) SetLinger(d time.Duration) { l.engine.linger.Store(int64(d)) }
 
 // Script returns the decision script of l and the ARGV it takes for a cost
 // of 1 on the server's clock, no reservation, for benchmarks of the
@@ -101,9 +101,13 @@ func BatchScript() (src, sha string) { return batchScript.src, batchScript.sha }
 
 // Queued returns how many decisions wait for a sender.
 func (l *Limiter) Queued() int {
-	l.engine.mu.Lock()
-	defer l.engine.mu.Unlock()
-	return len(l.engine.queue)
+	n := 0
+	l.engine.eachLane(func(ln *lane) {
+		ln.mu.Lock()
+		n += len(ln.queue)
+		ln.mu.Unlock()
+	})
+	return n
 }
 
 // Local is FailLocal's in-process fallback, for tests.

@@ -41,7 +41,6 @@ type Limiter struct {
 	log      *slog.Logger
 	engine   *engine
 	deny     *denyCache // nil: off
-	breaker  breaker
 	leases   sync.Map    // prefetched allowance: a decision's cache id -> *lease (prefetch.go)
 	sweeping atomic.Bool // a goroutine sweeps leases
 	// fixedPrefetch makes every fetch ask for Prefetch events rather than
@@ -51,6 +50,7 @@ type Limiter struct {
 	// set by options, read by New
 	batch, pipelines int
 	batchScript      bool
+	breakerAfter     time.Duration
 	denyKeys         int
 	denyMaxAge       time.Duration
 	// localClock replaces time.Now for the deny cache when clock is nil;
@@ -114,11 +114,13 @@ func WithDenyCacheMaxAge(d time.Duration) Option {
 
 // WithBreaker sets how long decisions must keep failing (at least three
 // in a row, no success between) before the Limiter stops asking Redis and
-// fails them at once with an error wrapping ErrUnavailable, sending one as
-// a probe every 250 ms until one succeeds. The default is 500 ms; 0 (or
-// less) turns the breaker off.
+// fails them at once with an error wrapping ErrUnavailable, while it
+// probes Redis itself (a PING every 250 ms, in the background: no
+// decision waits on it) until it answers. On a Cluster or Ring each node
+// has a breaker of its own, so a failing node fails only the decisions on
+// its keys. The default is 500 ms; 0 (or less) turns the breaker off.
 func WithBreaker(after time.Duration) Option {
-	return func(l *Limiter) { l.breaker.after = max(0, after) }
+	return func(l *Limiter) { l.breakerAfter = max(0, after) }
 }
 
 // WithLogger sets where the Limiter, and the HTTP policies built on it,
@@ -141,8 +143,7 @@ func New(rdb redis.Scripter, opts ...Option) *Limiter {
 	}
 	l := &Limiter{prefix: "redlimit:", timeout: DefaultTimeout, batchScript: true,
 		batch: defaultBatchSize, pipelines: defaultPipelines,
-		denyKeys: DefaultDenyCacheKeys, denyMaxAge: defaultDenyCacheMaxAge}
-	l.breaker.after = defaultBreakerAfter
+		denyKeys: DefaultDenyCacheKeys, denyMaxAge: defaultDenyCacheMaxAge, breakerAfter: defaultBreakerAfter}
 	for _, opt := range opts {
 		opt(l)
 	}
@@ -152,8 +153,7 @@ func New(rdb redis.Scripter, opts ...Option) *Limiter {
 	if strings.ContainsAny(l.prefix, "{}") {
 		l.prefix = escape(l.prefix, "{}")
 	}
-	l.breaker.log = l.log
-	l.engine = newEngine(rdb, l.batch, l.pipelines, l.batchScript, l.log)
+	l.engine = newEngine(rdb, l.batch, l.pipelines, l.batchScript, l.breakerAfter, l.log)
 	if l.denyKeys > 0 && l.denyMaxAge > 0 {
 		l.deny = newDenyCache(l.denyKeys, l.denyMaxAge)
 	}
@@ -208,19 +208,25 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
 
 // Stats are a Limiter's counters, for metrics.
 type Stats struct {
-	// BreakerOpen is true while the breaker is open: Redis kept failing,
-	// and decisions fail at once with ErrUnavailable but for one probe now
-	// and then (see WithBreaker).
+	// BreakerOpen is true while a breaker is open: Redis (on a Cluster or
+	// Ring, one of its nodes) kept failing, and decisions on its keys fail
+	// at once with ErrUnavailable while the Limiter probes it (see
+	// WithBreaker).
 	BreakerOpen bool
-	// BreakerOpens counts the times the breaker opened since New: as a
-	// counter it shows an opening even if the breaker closed again before a
-	// metrics scrape.
+	// BreakerOpens counts the times a breaker opened since New, every
+	// node's on a Cluster or Ring: as a counter it shows an opening even if
+	// the breaker closed again before a metrics scrape.
 	BreakerOpens uint64
 }
 
 // Stats returns the Limiter's counters. It is cheap and safe for
 // concurrent use.
 func (l *Limiter) Stats() Stats {
-	open := l.breaker.open.Load()
-	return Stats{BreakerOpen: open, BreakerOpens: l.breaker.opens.Load()} // after open: an open breaker's opening is counted
+	var s Stats
+	l.engine.eachLane(func(ln *lane) {
+		open := ln.breaker.open.Load()
+		s.BreakerOpen = s.BreakerOpen || open
+		s.BreakerOpens += ln.breaker.opens.Load() // after open: an open breaker's opening is counted
+	})
+	return s
 }

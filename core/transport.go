@@ -2,12 +2,14 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -18,9 +20,11 @@ import (
 //
 // Every command is sent at most once: go-redis retries commands after
 // network errors, which would run a decision twice if the first run's
-// reply was lost, so each command says NoRetry. The one retry is NOSCRIPT
-// (the server does not have the script; it did not run): the call is sent
-// again with EVAL and the script's source.
+// reply was lost, so each command says NoRetry. What is sent again is what
+// Redis refused without running it: NOSCRIPT (the server does not have the
+// script: the call is sent again with EVAL and the script's source), and
+// the refusals of a Cluster whose slots move (TRYAGAIN, CLUSTERDOWN, MOVED,
+// ASK, READONLY: the calls are sent once more, a batch as single calls).
 type transport struct {
 	rdb     redis.Scripter
 	process func(context.Context, redis.Cmder) error // nil for a bare redis.Scripter
@@ -79,6 +83,8 @@ type call struct {
 	script *script
 	args   []any // EVALSHA|EVAL, sha|source, numkeys, KEYS..., ARGV...
 
+	due time.Time // when its caller stops waiting; zero: never
+
 	reply []int64
 	err   error
 	done  chan struct{} // receives once the answer is in
@@ -115,6 +121,7 @@ func (c *call) recycle() {
 	clear(c.args) // drop references to the key and the script
 	c.args = c.args[:0]
 	c.script, c.reply, c.err = nil, nil, nil
+	c.due = time.Time{}
 	c.state.Store(waiting)
 	calls.Put(c)
 }
@@ -133,10 +140,11 @@ func (c *call) answer(reply []int64, err error) {
 // trip is the work space of one round trip: a sender's, reused for each
 // of its round trips, or a direct caller's, pooled.
 type trip struct {
-	one   [1]*call        // a direct caller's call
-	pipe  redis.Pipeliner // made at the first pipeline
-	units []unit
-	todo  []*unit
+	one    [1]*call        // a direct caller's call
+	pipe   redis.Pipeliner // made at the first pipeline
+	units  []unit
+	resent []unit // what Redis refused without running it, sent once more (resend)
+	todo   []*unit
 	cmds  []redis.Cmder
 	args  []any // the batch script calls' arguments
 }
@@ -172,11 +180,10 @@ func (t *trip) run(ctx context.Context, tr *transport, calls []*call) {
 
 // answer hands each call of the round trip its reply or error.
 func (t *trip) answer() {
-	for i := range t.units {
-		u := &t.units[i]
+	t.each(func(u *unit) {
 		if !u.batched() {
 			u.calls[0].answer(u.reply, u.err)
-			continue
+			return
 		}
 		rest := u.reply
 		for _, c := range u.calls {
@@ -188,6 +195,19 @@ func (t *trip) answer() {
 			rest = r
 			c.answer(reply, err)
 		}
+	})
+}
+
+// each calls f for each unit that holds the answer of its calls: those
+// not sent again, and those sent again.
+func (t *trip) each(f func(*unit)) {
+	for i := range t.units {
+		if t.units[i].err != errResent {
+			f(&t.units[i])
+		}
+	}
+	for i := range t.resent {
+		f(&t.resent[i])
 	}
 }
 
@@ -195,6 +215,8 @@ func (t *trip) answer() {
 func (t *trip) reset() {
 	clear(t.units)
 	t.units = t.units[:0]
+	clear(t.resent)
+	t.resent = t.resent[:0]
 	clear(t.args)
 	t.args = t.args[:0]
 }
@@ -299,14 +321,20 @@ func (t *trip) batchUnit(calls []*call) unit {
 	return unit{calls: calls, args: t.args[start:len(t.args):len(t.args)], script: batchScript}
 }
 
-// exchange sends t's units in one round trip, then once more, with the
-// script's source, those the server refused as NOSCRIPT (they did not
-// run): the one retry.
+// exchange sends t's units in one round trip, then once more those Redis
+// refused without running them (resend).
 func (tr *transport) exchange(ctx context.Context, t *trip) {
 	t.todo = t.todo[:0]
 	for i := range t.units {
 		t.todo = append(t.todo, &t.units[i])
 	}
+	tr.send(ctx, t)
+	tr.resend(ctx, t)
+}
+
+// send sends the units of t.todo in one round trip, then once more, with
+// the script's source, those the server refused as NOSCRIPT.
+func (tr *transport) send(ctx context.Context, t *trip) {
 	tr.exec(ctx, t, t.todo)
 	t.todo = slices.DeleteFunc(t.todo, func(u *unit) bool { return !refused(u.err, "NOSCRIPT") })
 	for _, u := range t.todo {
@@ -314,6 +342,62 @@ func (tr *transport) exchange(ctx context.Context, t *trip) {
 	}
 	tr.exec(ctx, t, t.todo)
 	clear(t.todo)
+	t.todo = t.todo[:0]
+}
+
+// errResent marks a unit whose calls were sent again, in t.resent.
+var errResent = errors.New("redlimit: sent again")
+
+// resendPause is how long a call that a Cluster refused as TRYAGAIN or
+// CLUSTERDOWN waits before it is sent again: a slot's keys being moved, or
+// a failover, may be over by then.
+const resendPause = 10 * time.Millisecond
+
+// resend sends once more, in one round trip, the units a Cluster refused
+// without running them: TRYAGAIN (a slot whose keys are being moved holds
+// some of a call's keys but not all), CLUSTERDOWN, READONLY (a master
+// became a replica), and MOVED or ASK when go-redis has run out of
+// redirects. A batch goes as single calls: one key alone is run where it
+// is, or redirected (ASK) to the node it moved to. TRYAGAIN and
+// CLUSTERDOWN first wait resendPause, within ctx.
+func (tr *transport) resend(ctx context.Context, t *trip) {
+	pause := false
+	for i := range t.units {
+		u := &t.units[i]
+		if !unrun(u.err) {
+			continue
+		}
+		pause = pause || refused(u.err, "TRYAGAIN") || refused(u.err, "CLUSTERDOWN")
+		if u.batched() {
+			for j, c := range u.calls {
+				t.resent = append(t.resent, unit{calls: u.calls[j : j+1], args: c.args, script: c.script})
+			}
+		} else {
+			t.resent = append(t.resent, unit{calls: u.calls, args: u.args, script: u.script})
+		}
+		u.err = errResent
+	}
+	if len(t.resent) == 0 {
+		return
+	}
+	if pause {
+		timer := time.NewTimer(resendPause)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		timer.Stop()
+	}
+	for i := range t.resent {
+		t.todo = append(t.todo, &t.resent[i])
+	}
+	tr.send(ctx, t)
+}
+
+// unrun reports whether err is a Cluster's refusal to run a call at all.
+func unrun(err error) bool {
+	return refused(err, "TRYAGAIN") || refused(err, "CLUSTERDOWN") || refused(err, "MOVED") ||
+		refused(err, "ASK") || refused(err, "READONLY")
 }
 
 // once marks a command as one go-redis must never send twice.
