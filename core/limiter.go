@@ -40,7 +40,7 @@ type Limiter struct {
 	timeout  time.Duration
 	log      *slog.Logger
 	engine   *engine
-	deny     *denyCache // nil: off
+	deny     *denyCache  // nil: off
 	leases   sync.Map    // prefetched allowance: a decision's cache id -> *lease (prefetch.go)
 	sweeping atomic.Bool // a goroutine sweeps leases
 	// fixedPrefetch makes every fetch ask for Prefetch events rather than

@@ -145,8 +145,8 @@ type trip struct {
 	units  []unit
 	resent []unit // what Redis refused without running it, sent once more (resend)
 	todo   []*unit
-	cmds  []redis.Cmder
-	args  []any // the batch script calls' arguments
+	cmds   []redis.Cmder
+	args   []any // the batch script calls' arguments
 }
 
 // unit is one script call of a round trip: one decision's own call, or
