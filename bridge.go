@@ -18,7 +18,7 @@ var (
 	checkLimits = bridge.Check.(func(scopes []string, limits []core.Limit) error)
 	limitState  = bridge.State.(func(l core.Limit) (variant, period string))
 	limiterLog  = bridge.Logger.(func(l *core.Limiter) *slog.Logger)
-	newFallback = bridge.Fallback.(func(keys int) fallback)
+	newFallback = bridge.Fallback.(func(l *core.Limiter, keys int) fallback)
 )
 
 // fallback decides as Redis would, in process: FailLocal's.

@@ -174,7 +174,7 @@ func (c *config) policy(lim *core.Limiter, limits []core.Limit) (*policy, error)
 		p.log = slog.Default()
 	}
 	if p.failure == FailLocal {
-		p.local = newFallback(localKeys)
+		p.local = newFallback(lim, localKeys)
 	}
 	return p, nil
 }

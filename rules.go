@@ -194,7 +194,7 @@ func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error
 	}
 	rs := &RuleSet{lim: lim, conf: c}
 	if c.failure == FailLocal {
-		rs.local = newFallback(localKeys) // one FailLocal state for the set, as its Redis state is one
+		rs.local = newFallback(lim, localKeys) // one FailLocal state for the set, as its Redis state is one
 	}
 	t, err := rs.build(rules)
 	if err != nil {

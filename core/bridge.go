@@ -25,7 +25,12 @@ func init() {
 		return info.d.suffix, info.period
 	}
 	bridge.Logger = func(l *Limiter) *slog.Logger { return l.log }
-	bridge.Fallback = func(keys int) func(string, []string, []Limit, int, []Result) (Result, int) {
-		return newLocalLimiter(keys).allow
+	bridge.Fallback = func(l *Limiter, keys int) func(string, []string, []Limit, int, []Result) (Result, int) {
+		share := func() int { return 1 }
+		if l != nil && l.engine != nil {
+			l.peers.on.Store(true)
+			share = l.peers.share
+		}
+		return newLocalLimiter(keys, share).allow
 	}
 }

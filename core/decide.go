@@ -236,6 +236,7 @@ func (l *Limiter) run(ctx context.Context, c *call) ([]int64, error) {
 	switch {
 	case err == nil:
 		ln.breaker.success()
+		l.heartbeat()
 	case ctx.Err() != nil && !errors.Is(err, ErrTimeout): // the caller left: not Redis's failure
 	default:
 		ln.failed(err)

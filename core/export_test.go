@@ -113,12 +113,20 @@ func (l *Limiter) Queued() int {
 // Local is FailLocal's in-process fallback, for tests.
 type Local struct{ *localLimiter }
 
-// NewLocal returns a fallback of at most keys states on the clock now.
-func NewLocal(keys int, now func() time.Time) Local {
-	l := newLocalLimiter(keys)
+// NewLocal returns a fallback of at most keys states on the clock now,
+// enforcing the whole of each limit.
+func NewLocal(keys int, now func() time.Time) Local { return NewLocalShare(keys, 1, now) }
+
+// NewLocalShare returns a fallback that enforces a share-th of each limit.
+func NewLocalShare(keys, share int, now func() time.Time) Local {
+	l := newLocalLimiter(keys, func() int { return share })
 	l.now = now
 	return Local{l}
 }
+
+// Peers returns how many instances the Limiter counted sharing its keys
+// (0: none heard yet).
+func (l *Limiter) Peers() int { return int(l.peers.count.Load()) }
 
 // Allow decides as the fallback does.
 func (l Local) Allow(key string, scopes []string, limits []Limit, n int, each []Result) (Result, int) {
@@ -157,3 +165,7 @@ func (l *Limiter) Leases() int {
 	l.leases.Range(func(any, any) bool { n++; return true })
 	return n
 }
+
+// SharePeers makes the Limiter count the instances that share its keys,
+// as a FailLocal policy does.
+func (l *Limiter) SharePeers() { l.peers.on.Store(true) }

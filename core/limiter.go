@@ -43,6 +43,7 @@ type Limiter struct {
 	deny     *denyCache  // nil: off
 	leases   sync.Map    // prefetched allowance: a decision's cache id -> *lease (prefetch.go)
 	sweeping atomic.Bool // a goroutine sweeps leases
+	peers    peers       // how many instances share the keys, for FailLocal (peers.go)
 	// fixedPrefetch makes every fetch ask for Prefetch events rather than
 	// adapt; only tests and benchmarks that compare the two set it.
 	fixedPrefetch bool
@@ -153,6 +154,7 @@ func New(rdb redis.Scripter, opts ...Option) *Limiter {
 	if strings.ContainsAny(l.prefix, "{}") {
 		l.prefix = escape(l.prefix, "{}")
 	}
+	l.peers.id = l.nextID()
 	l.engine = newEngine(rdb, l.batch, l.pipelines, l.batchScript, l.breakerAfter, l.log)
 	if l.denyKeys > 0 && l.denyMaxAge > 0 {
 		l.deny = newDenyCache(l.denyKeys, l.denyMaxAge)

@@ -11,24 +11,27 @@ import (
 
 // localLimiter stands in for Redis while it is unreachable (the HTTP
 // layer's FailLocal): every limit as GCRA with its Rate, Period and Burst,
-// whatever its algorithm, in process memory, so each instance enforces the
-// limits on its own, all or nothing as Redis would. Concurrency limits are
+// whatever its algorithm, in process memory, all or nothing as Redis
+// would. Each instance enforces its share of each limit: the limit divided
+// by share(), the instances that last shared the Limiter's keys (peers.go),
+// both its rate and its burst (the burst at least 1). Concurrency limits are
 // not enforced: nothing settles what the fallback admits. Its states are named
 // as Redis's are (state.go), and it holds at most max of them in an LRU
 // (hashicorp/golang-lru's simplelru, under one lock so that the limits of
 // one decision are decided together). Time is the process's clock.
 type localLimiter struct {
-	mu  sync.Mutex
-	tat *simplelru.LRU[string, int64] // theoretical arrival time, µs, per state
-	now func() time.Time
+	mu    sync.Mutex
+	tat   *simplelru.LRU[string, int64] // theoretical arrival time, µs, per state
+	now   func() time.Time
+	share func() int // how many instances share the limits, at least 1
 }
 
-func newLocalLimiter(max int) *localLimiter {
+func newLocalLimiter(max int, share func() int) *localLimiter {
 	tat, err := simplelru.NewLRU[string, int64](max, nil)
 	if err != nil { // only for max < 1
 		panic(err)
 	}
-	return &localLimiter{tat: tat, now: time.Now}
+	return &localLimiter{tat: tat, now: time.Now, share: share}
 }
 
 // allow decides n events for key under limits, each in its scope, fills
@@ -40,6 +43,7 @@ func (l *localLimiter) allow(key string, scopes []string, limits []Limit, n int,
 	var infoBuf [bridge.MaxLimits]*limitInfo
 	states, tats := stateBuf[:len(limits)], tatBuf[:len(limits)]
 	now := l.now().UnixMicro()
+	share := l.share()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	allowed := true
@@ -59,7 +63,7 @@ func (l *localLimiter) allow(key string, scopes []string, limits []Limit, n int,
 		// Get, not Peek: a key that keeps being denied is in use and must
 		// not be the first forgotten, or it would start afresh.
 		tat, _ := l.tat.Get(states[i])
-		each[i], tats[i] = localGCRA(limit, info, tat, now, n)
+		each[i], tats[i] = localGCRA(limit, info, share, tat, now, n)
 		allowed = allowed && each[i].Allowed
 	}
 	for i, limit := range limits {
@@ -69,21 +73,23 @@ func (l *localLimiter) allow(key string, scopes []string, limits []Limit, n int,
 			l.tat.Add(states[i], tats[i])
 		case each[i].Allowed: // report the state it keeps, as for n = 0
 			tat, _ := l.tat.Peek(states[i])
-			each[i], _ = localGCRA(limit, infoBuf[i], tat, now, 0)
+			each[i], _ = localGCRA(limit, infoBuf[i], share, tat, now, 0)
 		}
 	}
 	return binding(each)
 }
 
-// localGCRA returns the GCRA decision of n events under limit at now (µs)
-// from the state tat, and the state to keep if it allows. A cost above the
-// burst reports the state and is never allowed.
-func localGCRA(limit Limit, info *limitInfo, tat, now int64, n int) (Result, int64) {
+// localGCRA returns the GCRA decision of n events under one share of
+// limit (the limit divided by share) at now (µs) from the state tat, and
+// the state to keep if it allows. A cost above the share's burst reports
+// the state and is never allowed.
+func localGCRA(limit Limit, info *limitInfo, share int, tat, now int64, n int) (Result, int64) {
+	capacity := max(1, info.capacity/share)
 	cost := n
-	if n > info.capacity {
+	if n > capacity {
 		cost = 0
 	}
-	ok, left, retry, reset, next, tat := gcra(tat, now, cost, gcraInterval(limit), info.capacity)
+	ok, left, retry, reset, next, tat := gcra(tat, now, cost, gcraInterval(limit)*int64(share), capacity)
 	res := Result{Limit: limit, Allowed: ok, Remaining: left, RetryAfter: us(retry), ResetAfter: us(reset), NextAfter: us(next)}
 	if cost != n {
 		res.Allowed, res.RetryAfter = false, InfDuration

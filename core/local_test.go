@@ -143,3 +143,44 @@ func TestLocalMatchesRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalShare: a fallback that shares a limit among 4 instances
+// enforces a quarter of it, its rate and its burst: as the whole limit
+// of a quarter the rate and burst would.
+func TestLocalShare(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return now }
+	shared, whole := core.NewLocalShare(10, 4, clock), core.NewLocal(10, clock)
+	limit := core.Limit{Rate: 100, Period: time.Minute, Burst: 40}
+	quarter := core.Limit{Rate: 25, Period: time.Minute, Burst: 10}
+	admitted := 0
+	for i := 0; i < 200; i++ {
+		if i%20 == 0 {
+			now = now.Add(time.Second)
+		}
+		a := make([]core.Result, 1)
+		b := make([]core.Result, 1)
+		got, _ := shared.Allow("k", nil, []core.Limit{limit}, 1, a)
+		want, _ := whole.Allow("k", nil, []core.Limit{quarter}, 1, b)
+		got.Limit = quarter
+		if got != want {
+			t.Fatalf("request %d: a quarter share of %v says %+v; %v alone says %+v", i, limit, got, quarter, want)
+		}
+		if got.Allowed {
+			admitted++
+		}
+	}
+	// 10 at once, then one every 2.4 s over the 9 s that follow: 3 more.
+	if admitted != 13 {
+		t.Fatalf("%d admitted over 10 s, want 13", admitted)
+	}
+	// A share's burst is at least 1, and a cost above it is never admitted.
+	tiny := core.NewLocalShare(10, 50, clock)
+	if res, _ := tiny.Allow("t", nil, []core.Limit{limit}, 1, make([]core.Result, 1)); !res.Allowed {
+		t.Fatalf("a 50th of a burst of 40: %+v, want one request admitted", res)
+	}
+	if res, _ := tiny.Allow("u", nil, []core.Limit{limit}, 2, make([]core.Result, 1)); res.Allowed || res.RetryAfter != core.InfDuration {
+		t.Fatalf("a cost of 2 above a share's burst of 1: %+v, want never admitted", res)
+	}
+}

@@ -62,6 +62,10 @@ func assemble(end string, names []string) string {
 // no DEL.
 func Del() string { return read("del") }
 
+// Peers returns the heartbeat script of the instances that share
+// FailLocal's limits (peers.lua).
+func Peers() string { return read("peers") }
+
 func read(name string) string {
 	b, err := files.ReadFile(name + ".lua")
 	if err != nil {

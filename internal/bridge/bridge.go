@@ -60,12 +60,13 @@ var (
 
 	// Fallback is
 	//
-	//	func(keys int) func(key string, scopes []string, limits []core.Limit,
+	//	func(l *core.Limiter, keys int) func(key string, scopes []string, limits []core.Limit,
 	//		n int, each []core.Result) (res core.Result, binding int)
 	//
-	// a new in-process stand-in for Redis, holding at most keys states:
-	// it decides as Decide does, each limit as GCRA with the limit's Rate,
-	// Period and Burst, on the process's clock. It is safe for concurrent
-	// use.
+	// a new in-process stand-in for l's Redis, holding at most keys
+	// states: it decides as Decide does, each limit as GCRA with the
+	// limit's Rate, Period and Burst divided by the instances that share
+	// l's keys (l counts them from then on), on the process's clock. It is
+	// safe for concurrent use.
 	Fallback any
 )

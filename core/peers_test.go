@@ -1,0 +1,72 @@
+package core_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// TestPeersCount: Limiters that share FailLocal's limits count each
+// other through a heartbeat in Redis, once a second at most, while they
+// make decisions; a Limiter with another prefix shares nothing and counts
+// itself alone; one that makes no decision counts nobody.
+func TestPeersCount(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Standalone(t)
+	prefix := uniquePrefix()
+	var lims []*core.Limiter
+	for range 3 {
+		lim := core.New(srv.Client(t), core.WithPrefix(prefix))
+		lim.SharePeers()
+		lims = append(lims, lim)
+	}
+	other := core.New(srv.Client(t), core.WithPrefix(uniquePrefix()))
+	other.SharePeers()
+	idle := core.New(srv.Client(t), core.WithPrefix(prefix))
+	idle.SharePeers()
+	ctx := context.Background()
+	decideAll := func() {
+		for _, lim := range append(lims[:3:3], other) {
+			if _, err := lim.Allow(ctx, "k", core.PerHour(100)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	decideAll()
+	// The first heartbeats saw only those before them; the next ones,
+	// a second later, see all three.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		time.Sleep(100 * time.Millisecond)
+		decideAll()
+		if lims[0].Peers() == 3 && lims[1].Peers() == 3 && lims[2].Peers() == 3 && other.Peers() == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("peers counted %d, %d, %d and %d (another prefix); want 3, 3, 3 and 1",
+				lims[0].Peers(), lims[1].Peers(), lims[2].Peers(), other.Peers())
+		}
+	}
+	if n := idle.Peers(); n != 0 {
+		t.Fatalf("a Limiter that decided nothing counted %d peers, want 0 (unknown)", n)
+	}
+	// One heartbeat a second at most, per Limiter: a burst of decisions
+	// sends none.
+	admin := srv.Client(t)
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		decideAll()
+	}
+	stats, err := redistest.CommandStats(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := stats["zadd"].Calls; n > 4 {
+		t.Fatalf("%v heartbeats (ZADD) for 200 decisions within a moment, want at most one per Limiter", n)
+	}
+}

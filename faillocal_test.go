@@ -1,0 +1,78 @@
+package redlimit_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// TestFailLocalShared: 4 instances (Limiters of their own, each with a
+// FailLocal policy of 40 a minute, burst 40) share one Redis. Once their
+// heartbeats have counted each other, Redis goes away, and every instance
+// keeps serving requests of one client: together they admit at most the
+// documented bound, the burst plus the rate over the outage plus one per
+// instance (docs/faults.md), not 4 times the burst. Without sharing
+// (an instance that never reached Redis) each admits the whole burst.
+func TestFailLocalShared(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Standalone(t)
+	limit := core.Limit{Rate: 40, Period: time.Minute}
+	const instances = 4
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var policies []redlimit.Policy
+	for range instances {
+		// A refused connection fails at once: each request is decided
+		// locally without waiting.
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
+		t.Cleanup(func() { rdb.Close() })
+		lim := core.New(rdb, core.WithTimeout(time.Second), core.WithLogger(quiet))
+		policies = append(policies, mustPolicy(t, lim, limit, redlimit.WithFailure(redlimit.FailLocal), redlimit.WithName("shared")))
+	}
+	// Two rounds of requests a second and more apart: the first heartbeats
+	// see only the instances before them, the second ones all four.
+	admin := srv.Client(t)
+	for round := 0; round < 2; round++ {
+		for i, p := range policies {
+			if d, _ := decide(p, "192.0.2.9:1"); d.Outcome != redlimit.OutcomeAllowed {
+				t.Fatalf("round %d, instance %d, Redis up: %+v", round, i, d)
+			}
+		}
+		time.Sleep(1100 * time.Millisecond)
+	}
+	if n, err := admin.ZCard(context.Background(), "redlimit:{peers}").Result(); err != nil || n != instances {
+		t.Fatalf("the heartbeat set holds %d instances (%v), want %d", n, err, instances)
+	}
+	srv.Stop()
+	began := time.Now()
+	admitted := 0
+	for i := 0; i < 400 && time.Since(began) < 2*time.Second; i++ {
+		d, _ := decide(policies[i%instances], "192.0.2.9:1")
+		if d.Outcome != redlimit.OutcomeLocal {
+			t.Fatalf("request %d with Redis stopped: %+v, want a local decision", i, d)
+		}
+		if d.Allowed() {
+			admitted++
+		}
+		time.Sleep(time.Millisecond)
+	}
+	outage := time.Since(began)
+	bound := limit.Capacity() + int(float64(limit.Rate)*outage.Seconds()/limit.Period.Seconds()) + instances
+	if admitted > bound {
+		t.Fatalf("%d instances admitted %d over an outage of %v; the bound is %d (burst %d + rate over the outage + %d)",
+			instances, admitted, outage.Round(time.Millisecond), bound, limit.Capacity(), instances)
+	}
+	if admitted < limit.Capacity()-instances {
+		t.Fatalf("%d instances admitted %d over an outage of %v; each should have admitted its quarter of the burst %d",
+			instances, admitted, outage.Round(time.Millisecond), limit.Capacity())
+	}
+	t.Logf("%d instances admitted %d of one client's requests over an outage of %v (bound %d; unshared, %d)",
+		instances, admitted, outage.Round(time.Millisecond), bound, instances*limit.Capacity())
+}
