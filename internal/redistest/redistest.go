@@ -50,9 +50,10 @@ type Server struct {
 	path string   // the redis-server binary
 	args []string // its arguments, reused by Restart
 
-	mu     sync.Mutex    // guards cmd and exited
+	mu     sync.Mutex    // guards cmd, exited and paused
 	cmd    *exec.Cmd     // the running process, nil once stopped
 	exited chan struct{} // closed when cmd has exited
+	paused bool          // SIGSTOP sent and no SIGCONT since
 }
 
 // serverPath finds redis-server or ends the test: skip by default, fail when
@@ -83,10 +84,10 @@ func Standalone(t testing.TB) *Server {
 type mode int
 
 const (
-	standalone mode = iota
-	clusterNode
-	sentinel // args: the address of the master to monitor
-	replica  // args: the address of the master to follow
+	standalone  mode = iota
+	clusterNode      // args: extra redis-server arguments, overriding the defaults
+	sentinel         // args: the address of the master to monitor
+	replica          // args: the address of the master to follow
 )
 
 // start launches a process on a free port, retrying a few times in case
@@ -122,6 +123,7 @@ func launch(t testing.TB, path string, port int, m mode, extra ...string) (*Serv
 		args = append(args, "--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "5000")
+		args = append(args, extra...)
 	case replica: // args: the address of the master to follow
 		host, masterPort, _ := net.SplitHostPort(extra[0])
 		args = append(args, "--replicaof", host, masterPort)
@@ -197,7 +199,7 @@ func (s *Server) kill() {
 	}
 	_ = s.cmd.Process.Kill()
 	<-s.exited
-	s.cmd = nil
+	s.cmd, s.paused = nil, false
 }
 
 // Client returns a new client of its own (its own connection pool, as a
@@ -238,7 +240,16 @@ func (s *Server) signal(sig syscall.Signal) {
 	defer s.mu.Unlock()
 	if s.cmd != nil {
 		_ = s.cmd.Process.Signal(sig)
+		s.paused = sig == syscall.SIGSTOP
 	}
+}
+
+// live reports whether the process runs and is not paused, so that it can
+// answer.
+func (s *Server) live() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil && !s.paused
 }
 
 // restartTimeout bounds how long Restart retries binding the old port.
@@ -258,8 +269,10 @@ const restartTimeout = 5 * time.Second
 //
 // Only standalone servers (Standalone, Sentinel.Master) are meant for it. A
 // cluster node, replica or sentinel is relaunched with its old arguments
-// too, so it rereads its nodes.conf or sentinel.conf, but whether it
-// rejoins cleanly is untested.
+// too, so it rereads its nodes.conf or sentinel.conf. A cluster master that
+// a replica replaced (Cluster.WaitPromoted) rejoins at once as a replica
+// of its replacement and copies its data; whether other nodes rejoin
+// cleanly is untested.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.mu.Lock()
@@ -335,73 +348,33 @@ func (s *Server) ClientCount(t testing.TB) int {
 	return len(strings.Split(strings.TrimSpace(list), "\n")) - 1
 }
 
-// Cluster is a Redis Cluster of master nodes, each a Server, with the hash
-// slots split evenly between them.
+// Cluster is a Redis Cluster: master nodes with the hash slots split evenly
+// between them, and, when made by NewClusterReplicas, replicas of each.
+// Methods that take a testing.TB end the test on error, so call them from
+// the test's goroutine; the others are safe for concurrent use.
 type Cluster struct {
+	// Nodes is every node, each a Server: first the masters in slot order
+	// (Masters), then the replicas grouped by master, in the order of
+	// Masters. It shows the roles at start; a failover does not reorder it.
 	Nodes []*Server
+
+	masters  []*Server             // the masters at start, in slot order
+	replicas map[*Server][]*Server // each master's replicas at start
+	masterOf map[*Server]*Server   // each replica's master at start
+	ids      map[*Server]string    // every node's cluster node ID
 }
 
 // NewCluster starts masters redis-server processes (at least 1) in cluster
 // mode, assigns the 16384 slots evenly, joins them, and returns once every
-// node reports cluster_state:ok. The nodes stop when the test ends.
+// node reports cluster_state:ok and every node's CLUSTER NODES agrees. The
+// nodes have no replicas and a cluster-node-timeout of 5000 ms; for
+// failover tests see NewClusterReplicas. The nodes stop when the test ends.
 func NewCluster(t testing.TB, masters int) *Cluster {
 	t.Helper()
 	if masters < 1 {
 		t.Fatalf("redistest: NewCluster(%d): need at least one master", masters)
 	}
-	path := serverPath(t)
-	c := &Cluster{}
-	for i := 0; i < masters; i++ {
-		c.Nodes = append(c.Nodes, start(t, path, clusterNode))
-	}
-	if err := c.form(); err != nil {
-		t.Fatalf("redistest: forming a %d-master cluster: %v", masters, err)
-	}
-	return c
-}
-
-// form assigns slots, introduces the nodes, and waits for agreement.
-func (c *Cluster) form() error {
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	const slots = 16384
-	var clients []*redis.Client
-	for _, n := range c.Nodes {
-		cl := redis.NewClient(&redis.Options{Addr: n.Addr})
-		defer cl.Close()
-		clients = append(clients, cl)
-	}
-	for i, cl := range clients {
-		lo, hi := i*slots/len(clients), (i+1)*slots/len(clients)-1
-		if err := cl.ClusterAddSlotsRange(ctx, lo, hi).Err(); err != nil {
-			return fmt.Errorf("ADDSLOTS %d-%d on %s: %w", lo, hi, c.Nodes[i].Addr, err)
-		}
-	}
-	for _, n := range c.Nodes[1:] {
-		host, port, _ := net.SplitHostPort(n.Addr)
-		if err := clients[0].ClusterMeet(ctx, host, port).Err(); err != nil {
-			return fmt.Errorf("MEET %s: %w", n.Addr, err)
-		}
-	}
-	want := fmt.Sprintf("cluster_known_nodes:%d", len(c.Nodes))
-	for {
-		ready := true
-		for _, cl := range clients {
-			info, err := cl.ClusterInfo(ctx).Result()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, want) {
-				ready = false
-				break
-			}
-		}
-		if ready {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return errors.New("nodes did not agree on cluster_state:ok in time")
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return newCluster(t, masters, 0, nil)
 }
 
 // Addrs returns the nodes' addresses.
