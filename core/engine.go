@@ -217,10 +217,16 @@ func (e *timeoutError) Unwrap() []error {
 // timedOut returns the error of a call of ln that outlived timeout, naming
 // the lane's last error as its likely cause when it is recent.
 func (ln *lane) timedOut(timeout time.Duration) error {
-	if s := ln.seen.Load(); s != nil && time.Since(s.at) < causeMaxAge {
-		return &timeoutError{timeout, s.err}
+	if ln.failing() {
+		return &timeoutError{timeout, ln.seen.Load().err}
 	}
 	return &timeoutError{d: timeout}
+}
+
+// failing reports whether a round trip of ln failed lately.
+func (ln *lane) failing() bool {
+	s := ln.seen.Load()
+	return s != nil && time.Since(s.at) < causeMaxAge
 }
 
 // saw records the error a round trip of ln ended with, if it says more
@@ -429,10 +435,12 @@ func indexOf(senders []*sender, s *sender) int {
 
 // send runs the batch and answers every call in it. Calls whose callers
 // left while they were queued are dropped unsent: they never reach Redis.
-// On a client whose commands go-redis bounds by their context's deadline,
-// the round trip is bounded by the latest deadline of the calls, if they
-// all have one. (Not on others: go-redis would use the deadline only for
-// dialling, and making it costs a few allocations per round trip.)
+// The round trip is bounded by the latest deadline of the calls, if they
+// all have one, on a client whose commands go-redis bounds by their
+// context's deadline, or on any client while the lane is failing: go-redis
+// then still gives up dialling at the deadline rather than retrying a
+// refused connection for half a second. (Not otherwise: the deadline costs
+// a few allocations per round trip.)
 func (s *sender) send() {
 	live := s.batch[:0]
 	var due time.Time
@@ -453,7 +461,7 @@ func (s *sender) send() {
 		return
 	}
 	ctx := context.Background()
-	if bounded && s.ln.e.bounded {
+	if bounded && (s.ln.e.bounded || s.ln.failing()) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, due)
 		defer cancel()

@@ -357,9 +357,10 @@ const resendPause = 10 * time.Millisecond
 // without running them: TRYAGAIN (a slot whose keys are being moved holds
 // some of a call's keys but not all), CLUSTERDOWN, READONLY (a master
 // became a replica), and MOVED or ASK when go-redis has run out of
-// redirects. A batch goes as single calls: one key alone is run where it
-// is, or redirected (ASK) to the node it moved to. TRYAGAIN and
-// CLUSTERDOWN first wait resendPause, within ctx.
+// redirects. A batch goes as single calls, at once: one key alone is run
+// where it is, or redirected (ASK) to the node it moved to. A single call
+// refused as TRYAGAIN (its keys are split) or CLUSTERDOWN first waits
+// resendPause, within ctx.
 func (tr *transport) resend(ctx context.Context, t *trip) {
 	pause := false
 	for i := range t.units {
@@ -367,12 +368,12 @@ func (tr *transport) resend(ctx context.Context, t *trip) {
 		if !unrun(u.err) {
 			continue
 		}
-		pause = pause || refused(u.err, "TRYAGAIN") || refused(u.err, "CLUSTERDOWN")
 		if u.batched() {
 			for j, c := range u.calls {
 				t.resent = append(t.resent, unit{calls: u.calls[j : j+1], args: c.args, script: c.script})
 			}
 		} else {
+			pause = pause || refused(u.err, "TRYAGAIN") || refused(u.err, "CLUSTERDOWN")
 			t.resent = append(t.resent, unit{calls: u.calls, args: u.args, script: u.script})
 		}
 		u.err = errResent

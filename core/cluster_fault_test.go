@@ -1,0 +1,331 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// Cluster fault tests: a master hung (SIGSTOP), a master killed and its
+// replica promoted, a slot moved under load. Several Limiters, each on a
+// ClusterClient of its own with go-redis's defaults, decide keys spread
+// over every master. They show that a fault costs only the decisions on
+// the keys it touches, that decisions resume soon after a promotion, that
+// a migration costs next to nothing, and that nothing is counted twice.
+// Not parallel: they measure time.
+
+// clusterOutcome is one decision of clusterTraffic: which Limiter, which
+// key, and what it saw.
+type clusterOutcome struct {
+	outcome
+	lim, key int
+}
+
+// clusterLoad runs decisions of huge on keys from several goroutines per
+// Limiter until stop is called.
+type clusterLoad struct {
+	start time.Time
+	mu    sync.Mutex
+	seen  []clusterOutcome
+	stop  func() []clusterOutcome
+}
+
+func clusterTraffic(lims []*core.Limiter, goroutines int, keys []string, decide func(lim *core.Limiter, key string) (core.Result, error)) *clusterLoad {
+	tr := &clusterLoad{start: time.Now()}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for li, lim := range lims {
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := g; ctx.Err() == nil; i += goroutines {
+					k := i % len(keys)
+					began := time.Now()
+					res, err := decide(lim, keys[k])
+					o := clusterOutcome{outcome{at: began.Sub(tr.start), took: time.Since(began), allowed: err == nil && res.Allowed, err: err}, li, k}
+					tr.mu.Lock()
+					tr.seen = append(tr.seen, o)
+					tr.mu.Unlock()
+					if err != nil {
+						time.Sleep(time.Millisecond) // a fail-fast loop would spin
+					}
+				}
+			}()
+		}
+	}
+	tr.stop = func() []clusterOutcome {
+		cancel()
+		wg.Wait()
+		sort.Slice(tr.seen, func(i, j int) bool { return tr.seen[i].at < tr.seen[j].at })
+		return tr.seen
+	}
+	return tr
+}
+
+func (tr *clusterLoad) since() time.Duration { return time.Since(tr.start) }
+
+func allowHuge(lim *core.Limiter, key string) (core.Result, error) {
+	return lim.Allow(context.Background(), key, huge)
+}
+
+// clusterLimiters returns n Limiters sharing a prefix, each on a
+// ClusterClient of its own with go-redis's defaults.
+func clusterLimiters(t *testing.T, c *redistest.Cluster, n int) []*core.Limiter {
+	prefix := uniquePrefix()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var lims []*core.Limiter
+	for range n {
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+		t.Cleanup(func() { rdb.Close() })
+		lims = append(lims, core.New(rdb, core.WithPrefix(prefix), core.WithLogger(quiet)))
+	}
+	return lims
+}
+
+// keysOf returns count keys and, for each, the master that serves it now.
+func keysOf(t *testing.T, c *redistest.Cluster, count int) ([]string, []*redistest.Server) {
+	keys, owners := make([]string, count), make([]*redistest.Server, count)
+	for i := range keys {
+		keys[i] = fmt.Sprint("user", i)
+		owners[i] = c.Owner(t, redistest.Slot("{"+keys[i]+"}"))
+	}
+	return keys, owners
+}
+
+// share returns the fraction of the outcomes in [from, to) on keys that
+// ok selects that failed, and how many there were.
+func share(seen []clusterOutcome, from, to time.Duration, ok func(key int) bool) (failed float64, n int) {
+	bad := 0
+	for _, o := range seen {
+		if o.at >= from && o.at < to && ok(o.key) {
+			n++
+			if o.err != nil {
+				bad++
+			}
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return float64(bad) / float64(n), n
+}
+
+// checkOnceEach: on every key, Redis counted each decision a caller saw
+// allowed, and besides those at most the ones whose answer was lost.
+func checkOnceEach(t *testing.T, lim *core.Limiter, seen []clusterOutcome, keys []string, which func(key int) bool) {
+	t.Helper()
+	for k, key := range keys {
+		if !which(k) {
+			continue
+		}
+		var mine []outcome
+		for _, o := range seen {
+			if o.key == k {
+				mine = append(mine, o.outcome)
+			}
+		}
+		allowed, failed := tally(mine)
+		if got := counted(t, lim, key); got < allowed || got > allowed+failed {
+			t.Errorf("%s: Redis counted %d, want between the %d allowed and %d (allowed + failed)", key, got, allowed, allowed+failed)
+		}
+	}
+}
+
+// TestClusterHungMaster: one master of three stopped (SIGSTOP) for 2 s
+// fails the decisions on its own keys, and at most a few of the others':
+// each node has its own queue, senders and breaker. (The node timeout is
+// long enough that no failover happens meanwhile.)
+func TestClusterHungMaster(t *testing.T) {
+	c := redistest.NewClusterReplicas(t, 3, 1, redistest.NodeTimeout(10*time.Second))
+	keys, owners := keysOf(t, c, 90)
+	hung := c.Masters()[0]
+	baseline := takeGoroutines()
+	lims := clusterLimiters(t, c, 4)
+	tr := clusterTraffic(lims, 8, keys, allowHuge)
+	time.Sleep(500 * time.Millisecond)
+	stopped := tr.since()
+	hung.Pause()
+	time.Sleep(2 * time.Second)
+	resumed := tr.since()
+	hung.Resume()
+	time.Sleep(time.Second)
+	seen := tr.stop()
+
+	onHung := func(k int) bool { return owners[k] == hung }
+	others := func(k int) bool { return owners[k] != hung }
+	failedOthers, n := share(seen, stopped, resumed, others)
+	failedHung, m := share(seen, stopped+core.DefaultTimeout, resumed, onHung)
+	t.Logf("while a master was stopped: %.1f%% of %d decisions on the other masters' keys failed, %.1f%% of %d on its own",
+		100*failedOthers, n, 100*failedHung, m)
+	if failedOthers > 0.10 {
+		t.Errorf("%.1f%% of the decisions on healthy masters' keys failed while one master hung; want at most 10%%", 100*failedOthers)
+	}
+	if failedHung < 0.9 {
+		t.Errorf("only %.1f%% of the decisions on the hung master's keys failed", 100*failedHung)
+	}
+	var outcomes []outcome
+	for _, o := range seen {
+		outcomes = append(outcomes, o.outcome)
+	}
+	checkBounded(t, outcomes, core.DefaultTimeout)
+	back, ok := first(outcomes, resumed, func(o outcome) bool { return o.allowed })
+	if !ok {
+		t.Fatal("no decision succeeded after the master resumed")
+	}
+	for _, o := range seen {
+		if o.at > resumed+1500*time.Millisecond && onHung(o.key) && o.err != nil {
+			t.Errorf("a decision on the resumed master's keys failed %v after it resumed: %v", o.at-resumed, o.err)
+			break
+		}
+	}
+	t.Logf("first success after the resume at +%v", back.at-resumed)
+	checkOnceEach(t, lims[0], seen, keys, func(int) bool { return true })
+	for _, lim := range lims {
+		checkGoroutines(t, lim, baseline)
+	}
+}
+
+// errorKind sorts errors for the tests' logs.
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, core.ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, core.ErrTimeout):
+		return "timeout"
+	case strings.Contains(err.Error(), "CLUSTERDOWN"):
+		return "CLUSTERDOWN"
+	}
+	return "other"
+}
+
+// TestClusterFailover: a master killed and its replica promoted: the
+// decisions on its keys resume within 1.5 s of the promotion, on every
+// Limiter, with go-redis's default options (which alone reread the slot
+// map once a minute); the others' keep going. The nodes are set not to
+// require full coverage: by default, a Cluster refuses every key with
+// CLUSTERDOWN from the moment it marks a master failed until a replica
+// takes over (docs/faults.md).
+func TestClusterFailover(t *testing.T) {
+	c := redistest.NewClusterReplicas(t, 3, 1, redistest.NodeConfig("cluster-require-full-coverage", "no"))
+	keys, owners := keysOf(t, c, 90)
+	dead := c.Masters()[1]
+	lims := clusterLimiters(t, c, 4)
+	tr := clusterTraffic(lims, 8, keys, allowHuge)
+	time.Sleep(500 * time.Millisecond)
+	killed := tr.since()
+	dead.Stop()
+	promoted, at := c.WaitPromoted(t, dead, 15*time.Second)
+	promotedAt := at.Sub(tr.start)
+	time.Sleep(2500 * time.Millisecond)
+	seen := tr.stop()
+
+	onDead := func(k int) bool { return owners[k] == dead }
+	var outcomes []outcome
+	for _, o := range seen {
+		outcomes = append(outcomes, o.outcome)
+	}
+	checkBounded(t, outcomes, core.DefaultTimeout)
+	for li := range lims {
+		var back outcome
+		ok := false
+		for _, o := range seen {
+			if o.lim == li && onDead(o.key) && o.at >= promotedAt && o.allowed {
+				back, ok = o.outcome, true
+				break
+			}
+		}
+		if !ok || back.at-promotedAt > 1500*time.Millisecond {
+			t.Errorf("Limiter %d: decisions on the failed master's keys did not resume within 1.5 s of the promotion (first success at +%v, ok %v)",
+				li, back.at-promotedAt, ok)
+			continue
+		}
+		t.Logf("Limiter %d: first success on the failed master's keys %v after the promotion", li, back.at-promotedAt)
+	}
+	failedOthers, n := share(seen, killed, promotedAt+time.Second, func(k int) bool { return !onDead(k) })
+	kinds := map[string]int{}
+	for _, o := range seen {
+		if o.err != nil && !onDead(o.key) {
+			kinds[errorKind(o.err)]++
+		}
+	}
+	t.Logf("errors on the other masters' keys: %v", kinds)
+	t.Logf("killed at %v, %s promoted at %v; meanwhile %.1f%% of %d decisions on the other masters' keys failed",
+		killed, promoted.Addr, promotedAt, 100*failedOthers, n)
+	if failedOthers > 0.10 {
+		t.Errorf("%.1f%% of the decisions on healthy masters' keys failed during the failover; want at most 10%%", 100*failedOthers)
+	}
+	// The healthy masters' keys lost nothing and counted nothing twice.
+	checkOnceEach(t, lims[0], seen, keys, func(k int) bool { return !onDead(k) })
+}
+
+// TestClusterMigration: a hot key's slot moved to another master while 4
+// Limiters decide it, alone and with a second limit (two keys of one
+// slot, which Redis refuses as TRYAGAIN while the slot's keys are split):
+// a handful of decisions fail at most, and nothing is counted twice.
+func TestClusterMigration(t *testing.T) {
+	c := redistest.NewCluster(t, 3)
+	const hot = "hot"
+	slot := redistest.Slot("{" + hot + "}")
+	from := c.Owner(t, slot)
+	var to *redistest.Server
+	for _, m := range c.Masters() {
+		if m != from {
+			to = m
+			break
+		}
+	}
+	lims := clusterLimiters(t, c, 4)
+	// Keys of the slot beside the Limiters' own, so that moving it takes a
+	// while, in batches.
+	admin := c.Client(t)
+	for i := range 300 {
+		if err := admin.Set(context.Background(), fmt.Sprintf("{%s}:pad:%d", hot, i), "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	window := core.Limit{Rate: 1_000_000, Period: time.Hour, Algorithm: core.FixedWindow}
+	tr := clusterTraffic(lims, 16, []string{hot}, func(lim *core.Limiter, key string) (core.Result, error) {
+		if time.Now().UnixNano()%2 == 0 {
+			return lim.Allow(context.Background(), key, huge)
+		}
+		return lim.AllowAll(context.Background(), key, []core.Limit{huge, window}, 1)
+	})
+	time.Sleep(300 * time.Millisecond)
+	began := time.Now()
+	c.MigrateSlot(t, slot, to, redistest.MigrateBatch(10), redistest.MigratePause(10*time.Millisecond))
+	took := time.Since(began)
+	time.Sleep(300 * time.Millisecond)
+	seen := tr.stop()
+
+	var failed []error
+	for _, o := range seen {
+		if o.err != nil {
+			failed = append(failed, o.err)
+		}
+	}
+	t.Logf("moved slot %d from %s to %s in %v under %d decisions: %d failed", slot, from.Addr, to.Addr, took.Round(time.Millisecond), len(seen), len(failed))
+	if len(failed) > 5 {
+		t.Errorf("%d decisions failed while their slot moved; want a handful at most: %v", len(failed), errors.Join(failed[:min(5, len(failed))]...))
+	}
+	var outcomes []outcome
+	for _, o := range seen {
+		outcomes = append(outcomes, o.outcome)
+	}
+	checkOnce(t, outcomes, counted(t, lims[0], hot))
+	if got := c.Owner(t, slot); got != to {
+		t.Fatalf("slot %d is served by %s after the migration, want %s", slot, got.Addr, to.Addr)
+	}
+}
