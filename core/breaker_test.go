@@ -164,3 +164,73 @@ func TestBreakerIgnoresCallersLeaving(t *testing.T) {
 		t.Fatalf("the breaker opened on callers that left: %v", err)
 	}
 }
+
+// TestBreakerProbesInBackground: once the breaker is open, no caller's
+// decision is a probe: every one fails at once, while the breaker probes
+// Redis itself; a failed probe's error is what it answers then; once
+// nobody asks, the prober stops; the next decision starts it again, and
+// the first probe Redis answers closes the breaker.
+func TestBreakerProbesInBackground(t *testing.T) {
+	srv := redistest.Standalone(t)
+	baseline := takeGoroutines()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { rdb.Close() })
+	lim := core.New(rdb, core.WithTimeout(20*time.Millisecond), core.WithBreaker(50*time.Millisecond),
+		core.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	l := core.PerHour(1_000_000)
+	ctx := context.Background()
+	if _, err := lim.Allow(ctx, "k", l); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	began := time.Now()
+	for !lim.Stats().BreakerOpen {
+		if time.Since(began) > 5*time.Second {
+			t.Fatal("the breaker did not open within 5 s")
+		}
+		lim.Allow(ctx, "k", l)
+		time.Sleep(time.Millisecond)
+	}
+	var err error
+	for i := 0; i < 200; i++ { // 400 ms: the prober has probed
+		if _, err = lim.Allow(ctx, "k", l); !errors.Is(err, core.ErrUnavailable) {
+			t.Fatalf("decision %d with the breaker open: %v, want ErrUnavailable at once", i, err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if !strings.Contains(err.Error(), "a probe: ") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("the open breaker's error does not name the probe's failure: %v", err)
+	}
+	// Nobody asks: the prober stops.
+	deadline := time.Now().Add(10 * time.Second)
+	for proberRuns() {
+		if time.Now().After(deadline) {
+			t.Fatal("the prober still runs 10 s after the last decision")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	srv.Restart(t)
+	if _, err := lim.Allow(ctx, "k", l); !errors.Is(err, core.ErrUnavailable) {
+		t.Fatalf("the first decision after a while: %v, want ErrUnavailable (the breaker is still open)", err)
+	}
+	for began := time.Now(); lim.Stats().BreakerOpen; time.Sleep(10 * time.Millisecond) {
+		if time.Since(began) > 5*time.Second {
+			t.Fatal("the breaker did not close within 5 s of Redis's return")
+		}
+		lim.Allow(ctx, "k", l)
+	}
+	if _, err := lim.Allow(ctx, "k", l); err != nil {
+		t.Fatalf("after the breaker closed: %v", err)
+	}
+	checkGoroutines(t, lim, baseline)
+}
+
+// proberRuns reports whether a breaker's prober goroutine runs.
+func proberRuns() bool {
+	for _, stack := range takeGoroutines() {
+		if strings.Contains(stack, "core.(*breaker).prober") {
+			return true
+		}
+	}
+	return false
+}
