@@ -18,9 +18,13 @@ const (
 	// FailClosed answers 503 Service Unavailable with Retry-After.
 	FailClosed
 	// FailLocal enforces the same limits in this process until Redis
-	// answers again, each as GCRA with its Rate, Period and Burst, per
-	// instance rather than shared. It keeps at most 10 000 states (a key
-	// under one limit) per policy, forgetting the least recently used.
+	// answers again, each as GCRA with its Rate, Period and Burst divided
+	// by the number of instances that shared the Limiter's keys when Redis
+	// last answered (counted by a heartbeat in Redis, at most once a
+	// second per Limiter, once a FailLocal policy uses it; 1 when
+	// unknown), so that the instances together admit about the limit
+	// (docs/faults.md gives the bound). It keeps at most 10 000 states (a
+	// key under one limit) per policy, forgetting the least recently used.
 	FailLocal
 )
 
