@@ -159,16 +159,24 @@ func (e *engine) newLane(node *redis.Client) *lane {
 	return ln
 }
 
-// probe asks the lane's server whether it answers, for an open breaker.
+// probe asks the lane's server whether it answers, for an open breaker: a
+// PING that go-redis does not retry, so that its error is the first one
+// (connection refused), not a retry's running out of time.
 func (ln *lane) probe(ctx context.Context) error {
+	ping := pingOnce{redis.NewStatusCmd(ctx, "ping")}
 	switch {
 	case ln.node != nil:
-		return ln.node.Ping(ctx).Err()
+		return ln.node.Process(ctx, ping)
 	case ln.e.process != nil:
-		return ln.e.process(ctx, redis.NewStatusCmd(ctx, "ping"))
+		return ln.e.process(ctx, ping)
 	}
 	return ln.e.rdb.Eval(ctx, "return 1", nil).Err()
 }
+
+// pingOnce is a PING go-redis sends once.
+type pingOnce struct{ *redis.StatusCmd }
+
+func (pingOnce) NoRetry() bool { return true }
 
 // failed records that a call of the lane failed with err: for its breaker,
 // and, for an error that may mean the node is gone or no longer serves its
