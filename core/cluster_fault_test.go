@@ -228,6 +228,7 @@ func TestClusterFailover(t *testing.T) {
 	c := redistest.NewClusterReplicas(t, 3, 1, redistest.NodeConfig("cluster-require-full-coverage", "no"))
 	keys, owners := keysOf(t, c, 90)
 	dead := c.Masters()[1]
+	baseline := takeGoroutines()
 	lims := clusterLimiters(t, c, 4)
 	tr := clusterTraffic(lims, 8, keys, allowHuge)
 	time.Sleep(500 * time.Millisecond)
@@ -275,6 +276,9 @@ func TestClusterFailover(t *testing.T) {
 	}
 	// The healthy masters' keys lost nothing and counted nothing twice.
 	checkOnceEach(t, lims[0], seen, keys, func(k int) bool { return !onDead(k) })
+	for _, lim := range lims {
+		checkGoroutines(t, lim, baseline)
+	}
 }
 
 // TestClusterMigration: a hot key's slot moved to another master while 4
@@ -293,6 +297,7 @@ func TestClusterMigration(t *testing.T) {
 			break
 		}
 	}
+	baseline := takeGoroutines()
 	lims := clusterLimiters(t, c, 4)
 	// Keys of the slot beside the Limiters' own, so that moving it takes a
 	// while, in batches.
@@ -333,5 +338,8 @@ func TestClusterMigration(t *testing.T) {
 	checkOnce(t, outcomes, counted(t, lims[0], hot))
 	if got := c.Owner(t, slot); got != to {
 		t.Fatalf("slot %d is served by %s after the migration, want %s", slot, got.Addr, to.Addr)
+	}
+	for _, lim := range lims {
+		checkGoroutines(t, lim, baseline)
 	}
 }
