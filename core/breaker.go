@@ -23,7 +23,7 @@ const (
 // error or a timeout) for `after` with no success in between, and at least
 // breakerMinFailures of them. While open, every decision fails at once with
 // ErrUnavailable, and the breaker probes the server itself, in a goroutine
-// of its own, every breakerProbeInterval (a PING): no caller's decision
+// of its own, every breakerProbeInterval (lane.probe): no caller's decision
 // waits on a server that is down. The first probe answered closes it. The
 // prober stops when nobody has asked the breaker for breakerProbeIdle, and
 // starts again with the next decision. A caller's own context ending is not

@@ -159,24 +159,26 @@ func (e *engine) newLane(node *redis.Client) *lane {
 	return ln
 }
 
-// probe asks the lane's server whether it answers, for an open breaker: a
-// PING that go-redis does not retry, so that its error is the first one
+// probe asks the lane's server whether it runs scripts, for an open
+// breaker: EVAL of "return 1", which a server refuses as a decision would
+// when it is down, busy (BUSY) or the user may not run scripts (NOPERM),
+// and which go-redis does not retry, so that its error is the first one
 // (connection refused), not a retry's running out of time.
 func (ln *lane) probe(ctx context.Context) error {
-	ping := pingOnce{redis.NewStatusCmd(ctx, "ping")}
+	cmd := probeOnce{redis.NewCmd(ctx, "eval", "return 1", 0)}
 	switch {
 	case ln.node != nil:
-		return ln.node.Process(ctx, ping)
+		return ln.node.Process(ctx, cmd)
 	case ln.e.process != nil:
-		return ln.e.process(ctx, ping)
+		return ln.e.process(ctx, cmd)
 	}
 	return ln.e.rdb.Eval(ctx, "return 1", nil).Err()
 }
 
-// pingOnce is a PING go-redis sends once.
-type pingOnce struct{ *redis.StatusCmd }
+// probeOnce is a probe go-redis sends once.
+type probeOnce struct{ *redis.Cmd }
 
-func (pingOnce) NoRetry() bool { return true }
+func (probeOnce) NoRetry() bool { return true }
 
 // failed records that a call of the lane failed with err: for its breaker,
 // and, for an error that may mean the node is gone or no longer serves its

@@ -116,10 +116,11 @@ func WithDenyCacheMaxAge(d time.Duration) Option {
 // WithBreaker sets how long decisions must keep failing (at least three
 // in a row, no success between) before the Limiter stops asking Redis and
 // fails them at once with an error wrapping ErrUnavailable, while it
-// probes Redis itself (a PING every 250 ms, in the background: no
-// decision waits on it) until it answers. On a Cluster or Ring each node
-// has a breaker of its own, so a failing node fails only the decisions on
-// its keys. The default is 500 ms; 0 (or less) turns the breaker off.
+// probes Redis itself (a script call of its own every 250 ms, in the
+// background: no decision waits on it) until it answers. On a Cluster or
+// Ring each node has a breaker of its own, so a failing node fails only
+// the decisions on its keys. The default is 500 ms; 0 (or less) turns the
+// breaker off.
 func WithBreaker(after time.Duration) Option {
 	return func(l *Limiter) { l.breakerAfter = max(0, after) }
 }
