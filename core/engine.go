@@ -181,10 +181,14 @@ type probeOnce struct{ *redis.Cmd }
 func (probeOnce) NoRetry() bool { return true }
 
 // failed records that a call of the lane failed with err: for its breaker,
-// and, for an error that may mean the node is gone or no longer serves its
-// slots, the Cluster's slot map.
+// unless a Cluster refused it at once for its slots' sake (the node
+// answers; its breaker would fail its keys past the refusal), and, for an
+// error that may mean the node is gone or no longer serves its slots, the
+// Cluster's slot map.
 func (ln *lane) failed(err error) {
-	ln.breaker.failure(time.Now(), err)
+	if !unrun(err) {
+		ln.breaker.failure(time.Now(), err)
+	}
 	if ln.e.reload != nil && topologyError(err) {
 		ln.e.reloadSoon()
 	}
@@ -242,9 +246,14 @@ func (ln *lane) failing() bool {
 // saw records the error a round trip of ln ended with, if it says more
 // than that time ran out.
 func (ln *lane) saw(err error) {
+	if err != nil { // no further: errors.As would allocate for every call
+		ln.note(err)
+	}
+}
+
+func (ln *lane) note(err error) {
 	var ne net.Error
-	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		(errors.As(err, &ne) && ne.Timeout()) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || (errors.As(err, &ne) && ne.Timeout()) {
 		return
 	}
 	ln.seen.Store(&seenError{err, time.Now()})
@@ -314,6 +323,14 @@ func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration) ([]int64
 	}
 	reply, err := c.reply, c.err
 	c.recycle()
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
+		// The round trip ran out of the calls' time (a failing lane's
+		// round trips are bounded by it): the caller's timeout, or its
+		// context's deadline, whichever it was.
+		if err = ctx.Err(); err == nil {
+			err = ln.timedOut(timeout)
+		}
+	}
 	return reply, err
 }
 
