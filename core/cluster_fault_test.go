@@ -42,7 +42,9 @@ type clusterLoad struct {
 	stop  func() []clusterOutcome
 }
 
-func clusterTraffic(lims []*core.Limiter, goroutines int, keys []string, decide func(lim *core.Limiter, key string) (core.Result, error)) *clusterLoad {
+// decide(lim, k, keys[k]) makes one decision: each goroutine goes
+// through the keys in turn.
+func clusterTraffic(lims []*core.Limiter, goroutines int, keys []string, decide func(lim *core.Limiter, k int, key string) (core.Result, error)) *clusterLoad {
 	tr := &clusterLoad{start: time.Now()}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -54,7 +56,7 @@ func clusterTraffic(lims []*core.Limiter, goroutines int, keys []string, decide 
 				for i := g; ctx.Err() == nil; i += goroutines {
 					k := i % len(keys)
 					began := time.Now()
-					res, err := decide(lim, keys[k])
+					res, err := decide(lim, k, keys[k])
 					o := clusterOutcome{outcome{at: began.Sub(tr.start), took: time.Since(began), allowed: err == nil && res.Allowed, err: err}, li, k}
 					tr.mu.Lock()
 					tr.seen = append(tr.seen, o)
@@ -77,7 +79,7 @@ func clusterTraffic(lims []*core.Limiter, goroutines int, keys []string, decide 
 
 func (tr *clusterLoad) since() time.Duration { return time.Since(tr.start) }
 
-func allowHuge(lim *core.Limiter, key string) (core.Result, error) {
+func allowHuge(lim *core.Limiter, _ int, key string) (core.Result, error) {
 	return lim.Allow(context.Background(), key, huge)
 }
 
@@ -294,9 +296,15 @@ func failover(t *testing.T, opts ...redistest.ClusterOption) {
 }
 
 // TestClusterMigration: a hot key's slot moved to another master while 4
-// Limiters decide it, alone and with a second limit (two keys of one
-// slot, which Redis refuses as TRYAGAIN while the slot's keys are split):
-// a handful of decisions fail at most, and nothing is counted twice.
+// Limiters decide it under two limits, each decision on one of them (two
+// keys of one slot, whose decisions go to Redis merged into one batch
+// script call, which Redis refuses as TRYAGAIN while the two keys are on
+// different nodes): a handful of those fail at most. A decision of both
+// limits at once (AllowAll, one script on both keys) cannot run while its
+// keys are apart: it is sent again every 10 ms until its timeout, and
+// fails as TRYAGAIN (or its timeout) if they are still apart then; the
+// migration keeps them apart for about 300 ms, longer than the real
+// resharding tools do. Nothing is counted twice.
 func TestClusterMigration(t *testing.T) {
 	c := redistest.NewCluster(t, 3)
 	const hot = "hot"
@@ -311,20 +319,32 @@ func TestClusterMigration(t *testing.T) {
 	}
 	baseline := takeGoroutines()
 	lims := clusterLimiters(t, c, 4)
-	// Keys of the slot beside the Limiters' own, so that moving it takes a
-	// while, in batches.
+	other := core.Limit{Rate: 1_000_000, Period: 999_999 * time.Hour} // another key of the same id
+	ctx := context.Background()
+	// The two limits' keys with 300 others of the slot between them, so
+	// that moving the slot in batches of 10 keeps them apart for a while.
+	if _, err := lims[0].Allow(ctx, hot, huge); err != nil {
+		t.Fatal(err)
+	}
 	admin := c.Client(t)
 	for i := range 300 {
-		if err := admin.Set(context.Background(), fmt.Sprintf("{%s}:pad:%d", hot, i), "x", 0).Err(); err != nil {
+		if err := admin.Set(ctx, fmt.Sprintf("{%s}:pad:%d", hot, i), "x", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	window := core.Limit{Rate: 1_000_000, Period: time.Hour, Algorithm: core.FixedWindow}
-	tr := clusterTraffic(lims, 16, []string{hot}, func(lim *core.Limiter, key string) (core.Result, error) {
-		if time.Now().UnixNano()%2 == 0 {
-			return lim.Allow(context.Background(), key, huge)
+	if _, err := lims[0].Allow(ctx, hot, other); err != nil {
+		t.Fatal(err)
+	}
+	// keys: 0 decides huge, 1 other, 2 both, on the same id; the
+	// goroutines take them in turn.
+	tr := clusterTraffic(lims, 16, []string{hot, hot, hot}, func(lim *core.Limiter, k int, key string) (core.Result, error) {
+		switch k {
+		case 0:
+			return lim.Allow(ctx, key, huge)
+		case 1:
+			return lim.Allow(ctx, key, other)
 		}
-		return lim.AllowAll(context.Background(), key, []core.Limit{huge, window}, 1)
+		return lim.AllowAll(ctx, key, []core.Limit{huge, other}, 1)
 	})
 	time.Sleep(300 * time.Millisecond)
 	began := time.Now()
@@ -334,22 +354,45 @@ func TestClusterMigration(t *testing.T) {
 	seen := tr.stop()
 
 	var failed []error
+	var both, tryAgain, timedOut int
 	for _, o := range seen {
-		if o.err != nil {
+		switch {
+		case o.key == 2:
+			both++
+			switch {
+			case o.err == nil:
+			case strings.Contains(o.err.Error(), "TRYAGAIN"):
+				tryAgain++
+			case errors.Is(o.err, core.ErrTimeout): // sent again until about its timeout
+				timedOut++
+			default:
+				t.Errorf("a decision of both limits failed with %v; want TRYAGAIN, or its timeout, at most", o.err)
+			}
+		case o.err != nil:
 			failed = append(failed, o.err)
 		}
 	}
-	t.Logf("moved slot %d from %s to %s in %v under %d decisions: %d failed", slot, from.Addr, to.Addr, took.Round(time.Millisecond), len(seen), len(failed))
+	t.Logf("moved slot %d from %s to %s in %v under %d decisions of one limit: %d failed; of %d decisions of both, %d failed as TRYAGAIN and %d timed out",
+		slot, from.Addr, to.Addr, took.Round(time.Millisecond), len(seen)-both, len(failed), both, tryAgain, timedOut)
 	if len(failed) > 5 {
-		t.Errorf("%d decisions failed while their slot moved; want a handful at most: %v", len(failed), errors.Join(failed[:min(5, len(failed))]...))
+		t.Errorf("%d decisions of one limit failed while their slot moved; want a handful at most: %v", len(failed), errors.Join(failed[:min(5, len(failed))]...))
 	}
-	var outcomes []outcome
-	for _, o := range seen {
-		outcomes = append(outcomes, o.outcome)
-	}
-	checkOnce(t, outcomes, counted(t, lims[0], hot))
 	if got := c.Owner(t, slot); got != to {
 		t.Fatalf("slot %d is served by %s after the migration, want %s", slot, got.Addr, to.Addr)
+	}
+	// Each limit counted its own decisions and those of both, once.
+	for k, limit := range []core.Limit{huge, other} {
+		var outcomes []outcome
+		for _, o := range seen {
+			if o.key == k || o.key == 2 {
+				outcomes = append(outcomes, o.outcome)
+			}
+		}
+		res, err := lims[0].AllowN(ctx, hot, limit, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOnce(t, outcomes, int64(limit.Capacity()-res.Remaining)-1) // less the decision before the traffic
 	}
 	for _, lim := range lims {
 		checkGoroutines(t, lim, baseline)

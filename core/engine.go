@@ -237,6 +237,18 @@ func (ln *lane) timedOut(timeout time.Duration) error {
 	return &timeoutError{d: timeout}
 }
 
+// sleep waits d, or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // failing reports whether a round trip of ln failed lately.
 func (ln *lane) failing() bool {
 	s := ln.seen.Load()
@@ -349,12 +361,26 @@ func (ln *lane) doDirect(ctx context.Context, c *call, timeout time.Duration) ([
 	e := ln.e
 	t := e.trips.Get().(*trip)
 	t.one[0] = c
-	t.run(dctx, &e.transport, t.one[:])
-	u := &t.units[0] // one call: one unit of its own
-	if len(t.resent) > 0 {
-		u = &t.resent[0]
+	var reply []int64
+	var err error
+	for {
+		t.run(dctx, &e.transport, t.one[:])
+		u := &t.units[0] // one call: one unit of its own
+		if len(t.resent) > 0 {
+			u = &t.resent[0]
+		}
+		reply, err = u.reply, u.err
+		if err != errWaiting {
+			break
+		}
+		// Its keys are split while their slot moves: try again in a
+		// moment, if the caller still waits then.
+		err = u.refusal
+		if d, _ := dctx.Deadline(); time.Now().Add(2*resendPause).After(d) || !sleep(dctx, resendPause) {
+			break
+		}
+		t.reset()
 	}
-	reply, err := u.reply, u.err
 	t.reset()
 	t.one[0] = nil
 	e.trips.Put(t)
@@ -493,9 +519,11 @@ func (s *sender) send() {
 		ctx, cancel = context.WithDeadline(ctx, due)
 		defer cancel()
 	}
-	s.trip.run(ctx, &s.ln.e.transport, live)
+	tr := &s.ln.e.transport
+	s.trip.run(ctx, tr, live)
 	s.trip.each(func(u *unit) { s.ln.saw(u.err) })
 	s.trip.answer()
+	s.trip.requeue(s.ln.submit)
 	s.trip.reset()
 	clear(live)
 }

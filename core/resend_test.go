@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -124,7 +125,11 @@ func warmUp(t *testing.T, lim *core.Limiter, h *refuseHook, l core.Limit, n int)
 
 // TestResendRefused: a call Redis refused without running it (a
 // Cluster's TRYAGAIN, CLUSTERDOWN, READONLY, MOVED or ASK) is sent once
-// more and counted once; refused twice, the error is the refusal's.
+// more and counted once; refused twice, the error is the refusal's. A
+// TRYAGAIN (the call's keys are split while their slot moves) is sent
+// again every 10 ms while its caller waits, on a client that bounds
+// commands by their context and one that does not; refused until then,
+// the error is the refusal's, not a timeout.
 func TestResendRefused(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Standalone(t)
@@ -132,35 +137,46 @@ func TestResendRefused(t *testing.T) {
 		"CLUSTERDOWN The cluster is down", "READONLY You can't write against a read only replica.",
 		"MOVED 1 127.0.0.1:1", "ASK 1 127.0.0.1:1"} {
 		name, _, _ := strings.Cut(code, " ")
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-			t.Cleanup(func() { rdb.Close() })
-			hook := &refuseHook{err: replyError(code), match: anyScript}
-			rdb.AddHook(hook)
-			lim := core.New(rdb, core.WithPrefix(uniquePrefix()), patient)
-			l := core.PerHour(10)
-			warmUp(t, lim, hook, l, 1)
-			if res, err := lim.Allow(ctx, "k", l); err != nil || !res.Allowed {
-				t.Fatalf("refused once as %s: %+v, %v; want it sent again and allowed", name, res, err)
-			}
-			if hook.count() != 1 {
-				t.Fatalf("%d calls reached Redis, want 1 (the one sent again)", hook.count())
-			}
-			if res, _ := lim.AllowN(ctx, "k", l, 0); res.Remaining != 9 {
-				t.Fatalf("%d left after one decision, want 9: counted once", res.Remaining)
-			}
-			hook.mu.Lock()
-			hook.left = 2
-			hook.mu.Unlock()
-			_, err := lim.Allow(ctx, "k", l)
-			if err == nil || !strings.Contains(err.Error(), name) {
-				t.Fatalf("refused twice: %v, want the refusal", err)
-			}
-			if res, _ := lim.AllowN(ctx, "k", l, 0); res.Remaining != 9 {
-				t.Fatalf("%d left after a decision refused twice, want 9: nothing counted", res.Remaining)
-			}
-		})
+		for _, bounded := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/ContextTimeoutEnabled=%v", name, bounded), func(t *testing.T) {
+				ctx := context.Background()
+				rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: bounded})
+				t.Cleanup(func() { rdb.Close() })
+				hook := &refuseHook{err: replyError(code), match: anyScript}
+				rdb.AddHook(hook)
+				lim := core.New(rdb, core.WithPrefix(uniquePrefix()), core.WithTimeout(time.Second))
+				l := core.PerHour(10)
+				warmUp(t, lim, hook, l, 1)
+				if res, err := lim.Allow(ctx, "k", l); err != nil || !res.Allowed {
+					t.Fatalf("refused once as %s: %+v, %v; want it sent again and allowed", name, res, err)
+				}
+				if hook.count() != 1 {
+					t.Fatalf("%d calls reached Redis, want 1 (the one sent again)", hook.count())
+				}
+				want := 9
+				if name == "TRYAGAIN" {
+					warmUp(t, lim, hook, l, 5) // sent again 10 ms later, until it runs
+					if res, err := lim.Allow(ctx, "k", l); err != nil || !res.Allowed {
+						t.Fatalf("refused 5 times as TRYAGAIN: %+v, %v; want it sent until it runs", res, err)
+					}
+					want--
+					warmUp(t, lim, hook, l, 1_000_000)
+				} else {
+					warmUp(t, lim, hook, l, 2)
+				}
+				began := time.Now()
+				_, err := lim.Allow(ctx, "k", l)
+				if err == nil || !strings.Contains(err.Error(), name) || errors.Is(err, core.ErrTimeout) {
+					t.Fatalf("refused until the end: %v after %v, want the refusal", err, time.Since(began))
+				}
+				hook.mu.Lock()
+				hook.left = 0
+				hook.mu.Unlock()
+				if res, _ := lim.AllowN(ctx, "k", l, 0); res.Remaining != want {
+					t.Fatalf("%d left, want %d: refused decisions count nothing", res.Remaining, want)
+				}
+			})
+		}
 	}
 }
 

@@ -24,7 +24,9 @@ import (
 // Redis refused without running it: NOSCRIPT (the server does not have the
 // script: the call is sent again with EVAL and the script's source), and
 // the refusals of a Cluster whose slots move (TRYAGAIN, CLUSTERDOWN, MOVED,
-// ASK, READONLY: the calls are sent once more, a batch as single calls).
+// ASK, READONLY: the calls are sent once more, a batch as single calls; a
+// call whose keys a moving slot keeps apart, again until its caller stops
+// waiting).
 type transport struct {
 	rdb     redis.Scripter
 	process func(context.Context, redis.Cmder) error // nil for a bare redis.Scripter
@@ -83,7 +85,8 @@ type call struct {
 	script *script
 	args   []any // EVALSHA|EVAL, sha|source, numkeys, KEYS..., ARGV...
 
-	due time.Time // when its caller stops waiting; zero: never
+	due   time.Time // when its caller stops waiting; zero: never
+	tries int       // times sent again while its slot's keys move (requeue)
 
 	reply []int64
 	err   error
@@ -121,7 +124,7 @@ func (c *call) recycle() {
 	clear(c.args) // drop references to the key and the script
 	c.args = c.args[:0]
 	c.script, c.reply, c.err = nil, nil, nil
-	c.due = time.Time{}
+	c.due, c.tries = time.Time{}, 0
 	c.state.Store(waiting)
 	calls.Put(c)
 }
@@ -152,11 +155,12 @@ type trip struct {
 // unit is one script call of a round trip: one decision's own call, or
 // several decisions' as one call of batchScript.
 type unit struct {
-	calls  []*call
-	args   []any // EVALSHA's, then EVAL's after NOSCRIPT
-	script *script
-	reply  []int64
-	err    error
+	calls   []*call
+	args    []any // EVALSHA's, then EVAL's after NOSCRIPT
+	script  *script
+	reply   []int64
+	err     error
+	refusal error // a waiting unit's last refusal (requeue)
 }
 
 func (u *unit) batched() bool { return u.script == batchScript }
@@ -178,7 +182,8 @@ func (t *trip) run(ctx context.Context, tr *transport, calls []*call) {
 	}
 }
 
-// answer hands each call of the round trip its reply or error.
+// answer hands each call of the round trip its reply or error, but for
+// those that wait for a slot's keys to move (requeue).
 func (t *trip) answer() {
 	t.each(func(u *unit) {
 		if !u.batched() {
@@ -199,7 +204,7 @@ func (t *trip) answer() {
 }
 
 // each calls f for each unit that holds the answer of its calls: those
-// not sent again, and those sent again.
+// not sent again, and those sent again that do not wait.
 func (t *trip) each(f func(*unit)) {
 	for i := range t.units {
 		if t.units[i].err != errResent {
@@ -207,7 +212,9 @@ func (t *trip) each(f func(*unit)) {
 		}
 	}
 	for i := range t.resent {
-		f(&t.resent[i])
+		if t.resent[i].err != errWaiting {
+			f(&t.resent[i])
+		}
 	}
 }
 
@@ -345,24 +352,31 @@ func (tr *transport) send(ctx context.Context, t *trip) {
 	t.todo = t.todo[:0]
 }
 
-// errResent marks a unit whose calls were sent again, in t.resent.
-var errResent = errors.New("redlimit: sent again")
+// errResent marks a unit whose calls were sent again, in t.resent;
+// errWaiting a unit of t.resent that waits out a slot being moved
+// (requeue).
+var (
+	errResent  = errors.New("redlimit: sent again")
+	errWaiting = errors.New("redlimit: waiting for a slot's keys to move")
+)
 
-// resendPause is how long a call that a Cluster refused as TRYAGAIN or
-// CLUSTERDOWN waits before it is sent again: a slot's keys being moved, or
-// a failover, may be over by then.
-const resendPause = 10 * time.Millisecond
+// Resending a call whose keys are split between two nodes while their slot
+// moves (TRYAGAIN): every resendPause until its caller stops waiting, or,
+// for a caller that waits without a deadline, at most resendTries times.
+const (
+	resendPause = 10 * time.Millisecond
+	resendTries = 25
+)
 
-// resend sends once more, in one round trip, the units a Cluster refused
-// without running them: TRYAGAIN (a slot whose keys are being moved holds
-// some of a call's keys but not all), CLUSTERDOWN, READONLY (a master
-// became a replica), and MOVED or ASK when go-redis has run out of
-// redirects. A batch goes as single calls, at once: one key alone is run
+// resend sends once more, at once and in one round trip, the units a
+// Cluster refused without running them: TRYAGAIN (a slot whose keys are
+// being moved holds some of a call's keys but not all), CLUSTERDOWN,
+// READONLY (a master became a replica), and MOVED or ASK when go-redis has
+// run out of redirects. A batch goes as single calls: one key alone is run
 // where it is, or redirected (ASK) to the node it moved to. A single call
-// refused as TRYAGAIN (its keys are split) or CLUSTERDOWN first waits
-// resendPause, within ctx.
+// of several keys refused as TRYAGAIN again is marked errWaiting: it is
+// sent again later (requeue).
 func (tr *transport) resend(ctx context.Context, t *trip) {
-	pause := false
 	for i := range t.units {
 		u := &t.units[i]
 		if !unrun(u.err) {
@@ -373,7 +387,6 @@ func (tr *transport) resend(ctx context.Context, t *trip) {
 				t.resent = append(t.resent, unit{calls: u.calls[j : j+1], args: c.args, script: c.script})
 			}
 		} else {
-			pause = pause || refused(u.err, "TRYAGAIN") || refused(u.err, "CLUSTERDOWN")
 			t.resent = append(t.resent, unit{calls: u.calls, args: u.args, script: u.script})
 		}
 		u.err = errResent
@@ -381,18 +394,52 @@ func (tr *transport) resend(ctx context.Context, t *trip) {
 	if len(t.resent) == 0 {
 		return
 	}
-	if pause {
-		timer := time.NewTimer(resendPause)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-		}
-		timer.Stop()
-	}
 	for i := range t.resent {
 		t.todo = append(t.todo, &t.resent[i])
 	}
 	tr.send(ctx, t)
+	t.markWaiting()
+}
+
+// markWaiting marks errWaiting the units of t.resent refused as TRYAGAIN,
+// keeping the refusal to answer with if they never run.
+func (t *trip) markWaiting() {
+	for i := range t.resent {
+		if u := &t.resent[i]; refused(u.err, "TRYAGAIN") {
+			u.refusal, u.err = u.err, errWaiting
+		}
+	}
+}
+
+// requeue hands each waiting unit's call to again (the lane's submit),
+// resendPause from now, while its caller waits for it (its due, or
+// resendTries times for a caller without a deadline), or else answers it
+// with its refusal. So no round trip waits for a slot's keys to move.
+func (t *trip) requeue(again func(*call) error) {
+	now := time.Now()
+	for i := range t.resent {
+		u := &t.resent[i]
+		if u.err != errWaiting {
+			continue
+		}
+		c, refusal := u.calls[0], u.refusal
+		c.tries++
+		due := c.due
+		if due.IsZero() {
+			due = now.Add(time.Duration(resendTries-c.tries) * resendPause)
+		}
+		// Give up while the answer can still reach the caller in time: the
+		// next try would come back about when it stops waiting.
+		if c.state.Load() == abandoned || now.Add(2*resendPause).After(due) {
+			c.answer(nil, refusal)
+			continue
+		}
+		time.AfterFunc(resendPause, func() {
+			if err := again(c); err != nil {
+				c.answer(nil, refusal)
+			}
+		})
+	}
 }
 
 // unrun reports whether err is a Cluster's refusal to run a call at all.
