@@ -523,7 +523,9 @@ func (s *sender) send() {
 	s.trip.run(ctx, tr, live)
 	s.trip.each(func(u *unit) { s.ln.saw(u.err) })
 	s.trip.answer()
-	s.trip.requeue(s.ln.submit)
+	if len(s.trip.resent) > 0 { // a method value allocates: only when needed
+		s.trip.requeue(s.ln.submit)
+	}
 	s.trip.reset()
 	clear(live)
 }
