@@ -459,3 +459,65 @@ func TestLanesApart(t *testing.T) {
 		})
 	}
 }
+
+// TestLanesForgotten: the lane of a node with nothing to do goes once its
+// senders stop (a Cluster's nodes may change over a process's life), and
+// comes back with the next decision; its breaker's openings stay counted.
+func TestLanesForgotten(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewCluster(t, 3)
+	lim := core.New(c.Client(t), core.WithPrefix(uniquePrefix()), patient)
+	lim.SetLinger(10 * time.Millisecond)
+	ctx := context.Background()
+	decide := func() {
+		t.Helper()
+		for i := range 30 {
+			if _, err := lim.Allow(ctx, fmt.Sprint("k", i), core.PerHour(10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	decide()
+	if n := lim.Lanes(); n != 3 {
+		t.Fatalf("%d lanes after decisions on keys of every node, want 3", n)
+	}
+	for deadline := time.Now().Add(5 * time.Second); lim.Lanes() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d lanes kept 5 s after the last decision", lim.Lanes())
+		}
+	}
+	decide()
+	if n := lim.Lanes(); n != 3 {
+		t.Fatalf("%d lanes after new decisions, want 3", n)
+	}
+
+	// A node stopped for a moment opens its lane's breaker; once the
+	// breaker has closed and the lane gone, the opening is still counted.
+	fast := core.New(c.Client(t), core.WithPrefix(uniquePrefix()), core.WithTimeout(20*time.Millisecond),
+		core.WithBreaker(50*time.Millisecond), core.WithLogger(slog.New(slog.DiscardHandler)))
+	fast.SetLinger(10 * time.Millisecond)
+	node := c.Owner(t, redistest.Slot("{k0}"))
+	until := func(what string, ok func(error) bool) {
+		t.Helper()
+		var err error
+		for began := time.Now(); time.Since(began) < 5*time.Second; time.Sleep(2 * time.Millisecond) {
+			if _, err = fast.Allow(ctx, "k0", core.PerHour(10)); ok(err) {
+				return
+			}
+		}
+		t.Fatalf("%s: not within 5 s: %v", what, err)
+	}
+	until("a first decision", func(err error) bool { return err == nil })
+	node.Pause()
+	until("the breaker opening", func(err error) bool { return errors.Is(err, core.ErrUnavailable) })
+	node.Resume()
+	until("the breaker closing", func(err error) bool { return err == nil })
+	for deadline := time.Now().Add(5 * time.Second); fast.Lanes() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d lanes kept 5 s after the last decision", fast.Lanes())
+		}
+	}
+	if s := fast.Stats(); s.BreakerOpens != 1 || s.BreakerOpen {
+		t.Fatalf("Stats %+v once the lane is gone, want the one opening counted and the breaker closed", s)
+	}
+}

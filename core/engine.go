@@ -55,9 +55,11 @@ type engine struct {
 	// client to reread the slot map, at most once per reloadEvery.
 	route      func(ctx context.Context, key string) (*redis.Client, error)
 	reload     func()
-	reloadedAt atomic.Int64 // unix ns of the last reload asked
-	main       *lane        // a single server's, or calls no node was found for
-	lanes      sync.Map     // *redis.Client -> *lane
+	reloadedAt atomic.Int64  // unix ns of the last reload asked
+	main       *lane         // a single server's, or calls no node was found for
+	lanes      sync.Map      // *redis.Client -> *lane
+	goneOpens  atomic.Uint64 // the breaker openings of lanes forgotten
+	forgetting sync.Mutex    // held while a lane is forgotten, and by Stats
 }
 
 // Engine settings.
@@ -104,6 +106,21 @@ func (e *engine) lane(ctx context.Context, key string) *lane {
 	}
 	ln, _ := e.lanes.LoadOrStore(node, e.newLane(node))
 	return ln.(*lane)
+}
+
+// forget drops the lane of a node that has nothing to do, unless its
+// breaker is open: a Cluster's or Ring's nodes may change over a process's
+// life, and a lane holds its node's client. A decision that found the lane
+// just before still runs on it; the next one makes a new lane.
+func (e *engine) forget(ln *lane) {
+	if ln.node == nil || ln.breaker.open.Load() || ln.breaker.probing.Load() {
+		return
+	}
+	e.forgetting.Lock() // Stats sees a lane's openings in the lane or in goneOpens, never both
+	defer e.forgetting.Unlock()
+	if e.lanes.CompareAndDelete(ln.node, ln) {
+		e.goneOpens.Add(ln.breaker.opens.Load())
+	}
 }
 
 // eachLane calls f for every lane.
@@ -455,7 +472,11 @@ func (s *sender) run() {
 			if i := indexOf(ln.idle, s); i >= 0 { // nobody handed us work: stop
 				ln.idle = append(ln.idle[:i], ln.idle[i+1:]...)
 				ln.alive--
+				idle := ln.alive == 0 && len(ln.queue) == 0
 				ln.mu.Unlock()
+				if idle {
+					ln.e.forget(ln)
+				}
 				return
 			}
 			ln.mu.Unlock()

@@ -169,3 +169,10 @@ func (l *Limiter) Leases() int {
 // SharePeers makes the Limiter count the instances that share its keys,
 // as a FailLocal policy does.
 func (l *Limiter) SharePeers() { l.peers.on.Store(true) }
+
+// Lanes returns how many lanes of Cluster or Ring nodes the Limiter keeps.
+func (l *Limiter) Lanes() int {
+	n := 0
+	l.engine.lanes.Range(func(any, any) bool { n++; return true })
+	return n
+}

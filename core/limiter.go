@@ -225,7 +225,9 @@ type Stats struct {
 // Stats returns the Limiter's counters. It is cheap and safe for
 // concurrent use.
 func (l *Limiter) Stats() Stats {
-	var s Stats
+	l.engine.forgetting.Lock()
+	defer l.engine.forgetting.Unlock()
+	s := Stats{BreakerOpens: l.engine.goneOpens.Load()}
 	l.engine.eachLane(func(ln *lane) {
 		open := ln.breaker.open.Load()
 		s.BreakerOpen = s.BreakerOpen || open
