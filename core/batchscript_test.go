@@ -305,14 +305,7 @@ func TestBatchScriptCrossSlot(t *testing.T) {
 // exactly; the rest go one call each, in the same pipeline.
 func TestBatchScriptByTag(t *testing.T) {
 	t.Parallel()
-	a, b := redistest.Standalone(t), redistest.Standalone(t)
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}})
-	t.Cleanup(func() { ring.Close() })
-	clients := map[string]interface {
-		redis.UniversalClient
-		AddHook(redis.Hook)
-	}{"cluster": redistest.NewCluster(t, 3).Client(t), "ring": ring}
-	for name, rdb := range clients {
+	for name, rdb := range shardedClients(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -373,6 +366,21 @@ func TestBatchScriptByTag(t *testing.T) {
 	}
 }
 
+// hookable is a client the tests can add hooks to.
+type hookable interface {
+	redis.UniversalClient
+	AddHook(redis.Hook)
+}
+
+// shardedClients returns a client of a 3-master Cluster and one of a Ring
+// of two servers, by name.
+func shardedClients(t *testing.T) map[string]hookable {
+	a, b := redistest.Standalone(t), redistest.Standalone(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}})
+	t.Cleanup(func() { ring.Close() })
+	return map[string]hookable{"cluster": redistest.NewCluster(t, 3).Client(t), "ring": ring}
+}
+
 // nodeOf returns the address of the node of a Cluster or Ring that holds
 // the state of key (its hash tag is the key).
 func nodeOf(t *testing.T, rdb redis.UniversalClient, key string) string {
@@ -414,14 +422,7 @@ func keysOnNode(t *testing.T, rdb redis.UniversalClient, key string, n int) []st
 // senders (and breaker).
 func TestLanesApart(t *testing.T) {
 	t.Parallel()
-	a, b := redistest.Standalone(t), redistest.Standalone(t)
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}})
-	t.Cleanup(func() { ring.Close() })
-	clients := map[string]interface {
-		redis.UniversalClient
-		AddHook(redis.Hook)
-	}{"cluster": redistest.NewCluster(t, 3).Client(t), "ring": ring}
-	for name, rdb := range clients {
+	for name, rdb := range shardedClients(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
