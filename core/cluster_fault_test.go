@@ -43,8 +43,9 @@ type clusterLoad struct {
 }
 
 // decide(lim, k, keys[k]) makes one decision: each goroutine goes
-// through the keys in turn.
-func clusterTraffic(lims []*core.Limiter, goroutines int, keys []string, decide func(lim *core.Limiter, k int, key string) (core.Result, error)) *clusterLoad {
+// through the keys in turn. The traffic stops when the test ends, if not
+// before, so that a test that fails leaves none behind.
+func clusterTraffic(t *testing.T, lims []*core.Limiter, goroutines int, keys []string, decide func(lim *core.Limiter, k int, key string) (core.Result, error)) *clusterLoad {
 	tr := &clusterLoad{start: time.Now()}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -68,12 +69,16 @@ func clusterTraffic(lims []*core.Limiter, goroutines int, keys []string, decide 
 			}()
 		}
 	}
+	var once sync.Once
 	tr.stop = func() []clusterOutcome {
-		cancel()
-		wg.Wait()
-		sort.Slice(tr.seen, func(i, j int) bool { return tr.seen[i].at < tr.seen[j].at })
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			sort.Slice(tr.seen, func(i, j int) bool { return tr.seen[i].at < tr.seen[j].at })
+		})
 		return tr.seen
 	}
+	t.Cleanup(func() { tr.stop() })
 	return tr
 }
 
@@ -156,7 +161,7 @@ func TestClusterHungMaster(t *testing.T) {
 	hung := c.Masters()[0]
 	baseline := takeGoroutines()
 	lims := clusterLimiters(t, c, 4)
-	tr := clusterTraffic(lims, 8, keys, allowHuge)
+	tr := clusterTraffic(t, lims, 8, keys, allowHuge)
 	time.Sleep(500 * time.Millisecond)
 	stopped := tr.since()
 	hung.Pause()
@@ -242,7 +247,7 @@ func failover(t *testing.T, opts ...redistest.ClusterOption) {
 	dead := c.Masters()[1]
 	baseline := takeGoroutines()
 	lims := clusterLimiters(t, c, 4)
-	tr := clusterTraffic(lims, 8, keys, allowHuge)
+	tr := clusterTraffic(t, lims, 8, keys, allowHuge)
 	time.Sleep(500 * time.Millisecond)
 	killed := tr.since()
 	dead.Stop()
@@ -337,7 +342,7 @@ func TestClusterMigration(t *testing.T) {
 	}
 	// keys: 0 decides huge, 1 other, 2 both, on the same id; the
 	// goroutines take them in turn.
-	tr := clusterTraffic(lims, 16, []string{hot, hot, hot}, func(lim *core.Limiter, k int, key string) (core.Result, error) {
+	tr := clusterTraffic(t, lims, 16, []string{hot, hot, hot}, func(lim *core.Limiter, k int, key string) (core.Result, error) {
 		switch k {
 		case 0:
 			return lim.Allow(ctx, key, huge)

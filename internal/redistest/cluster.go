@@ -173,6 +173,14 @@ func (c *Cluster) form() error {
 		if err := clients[m].ClusterAddSlotsRange(ctx, lo, hi).Err(); err != nil {
 			return fmt.Errorf("ADDSLOTS %d-%d on %s: %w", lo, hi, m.Addr, err)
 		}
+		// Each master an epoch of its own, as redis-cli --cluster create
+		// does: else they all start at 0, and while the nodes resolve the
+		// collisions (seconds after forming) a master's epoch can rise
+		// past the one a slot migration gave the slot's new owner, whose
+		// claim on the slot the others then refuse.
+		if err := clients[m].Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
+			return fmt.Errorf("SET-CONFIG-EPOCH %d on %s: %w", i+1, m.Addr, err)
+		}
 	}
 	for _, n := range c.Nodes[1:] {
 		host, port, _ := net.SplitHostPort(n.Addr)
