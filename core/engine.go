@@ -218,8 +218,7 @@ func topologyError(err error) bool {
 	if !errors.As(err, &reply) {
 		return !errors.Is(err, errQueueFull) // a timeout, a network error
 	}
-	return refused(err, "CLUSTERDOWN") || refused(err, "READONLY") || refused(err, "MOVED") ||
-		refused(err, "ASK") || refused(err, "TRYAGAIN") || refused(err, "MASTERDOWN")
+	return unrun(err) || refused(err, "MASTERDOWN")
 }
 
 // timeoutError is the error of a call that outlived its timeout; cause is
@@ -393,7 +392,7 @@ func (ln *lane) doDirect(ctx context.Context, c *call, timeout time.Duration) ([
 		// Its keys are split while their slot moves: try again in a
 		// moment, if the caller still waits then.
 		err = u.refusal
-		if d, _ := dctx.Deadline(); time.Now().Add(2*resendPause).After(d) || !sleep(dctx, resendPause) {
+		if d, _ := dctx.Deadline(); !retryable(time.Now(), d, 0) || !sleep(dctx, resendPause) {
 			break
 		}
 		t.reset()

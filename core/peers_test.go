@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/internal/redistest"
 )
@@ -69,4 +72,41 @@ func TestPeersCount(t *testing.T) {
 	if n := stats["zadd"].Calls; n > 4 {
 		t.Fatalf("%v heartbeats (ZADD) for 200 decisions within a moment, want at most one per Limiter", n)
 	}
+}
+
+// TestPeersDropTheSilent: an instance not heard from for 10 s (of the
+// Redis clock) is no longer counted.
+func TestPeersDropTheSilent(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	m.SetTime(now)
+	prefix := uniquePrefix()
+	newLim := func() *core.Limiter {
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		lim := core.New(rdb, core.WithPrefix(prefix), patient)
+		lim.SharePeers()
+		return lim
+	}
+	a, b := newLim(), newLim()
+	beat := func(lim *core.Limiter, want int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if _, err := lim.Allow(context.Background(), "k", core.PerHour(100)); err != nil {
+				t.Fatal(err)
+			}
+			if lim.Peers() == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("counted %d peers, want %d", lim.Peers(), want)
+			}
+		}
+	}
+	beat(a, 1)
+	beat(b, 2)
+	m.SetTime(now.Add(11 * time.Second)) // a falls silent for longer than 10 s
+	time.Sleep(1100 * time.Millisecond)  // b may beat again
+	beat(b, 1)
 }

@@ -424,13 +424,7 @@ func (t *trip) requeue(again func(*call) error) {
 		}
 		c, refusal := u.calls[0], u.refusal
 		c.tries++
-		due := c.due
-		if due.IsZero() {
-			due = now.Add(time.Duration(resendTries-c.tries) * resendPause)
-		}
-		// Give up while the answer can still reach the caller in time: the
-		// next try would come back about when it stops waiting.
-		if c.state.Load() == abandoned || now.Add(2*resendPause).After(due) {
+		if c.state.Load() == abandoned || !retryable(now, c.due, c.tries) {
 			c.answer(nil, refusal)
 			continue
 		}
@@ -440,6 +434,18 @@ func (t *trip) requeue(again func(*call) error) {
 			}
 		})
 	}
+}
+
+// retryable reports whether a call refused while its slot's keys move
+// (tried tries times) may be sent again resendPause after now: its caller,
+// waiting until due, would still have the answer in time (the next try
+// comes back about a pause later); a caller without a deadline, for
+// resendTries tries.
+func retryable(now, due time.Time, tries int) bool {
+	if due.IsZero() {
+		return tries < resendTries
+	}
+	return now.Add(2 * resendPause).Before(due)
 }
 
 // unrun reports whether err is a Cluster's refusal to run a call at all.
