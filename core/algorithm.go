@@ -99,13 +99,7 @@ type descriptor struct {
 // algorithms holds the descriptor of every algorithm, by name. Variants
 // are picked by Limit.descriptor.
 var algorithms = map[Algorithm]*descriptor{
-	GCRA: {file: "gcra",
-		args: func(l Limit) ([maxArgs]int64, int) {
-			return [maxArgs]int64{gcraInterval(l), int64(l.Capacity())}, 2
-		},
-		span:  func(l Limit) float64 { return float64(l.Capacity()) * float64(gcraInterval(l)) },
-		knobs: knobPrefetch, meter: true,
-	},
+	GCRA:        {file: "gcra", knobs: knobPrefetch, meter: true, args: bucketArgs, span: unitSpan},
 	TokenBucket: {file: "token_bucket", knobs: knobStepped | knobPrefetch, meter: true, args: bucketArgs, span: unitSpan},
 	LeakyBucket: {file: "leaky_bucket", knobs: knobShape, args: bucketArgs, span: unitSpan},
 	FixedWindow: {file: "fixed_window", window: true, knobs: knobCalendar | knobPrefetch, args: windowArgs,
@@ -283,34 +277,49 @@ func (l Limit) checkKnobs(d *descriptor) error {
 	return nil
 }
 
-// gcraInterval is the time between events, in microseconds, rounded up.
-func gcraInterval(l Limit) int64 {
-	return (micros(l.Period) + int64(l.Rate) - 1) / int64(l.Rate)
-}
+// gcraTAT is a GCRA theoretical arrival time: at + frac/drip µs, 0 <=
+// frac < drip (lua/gcra.lua's T and Q).
+type gcraTAT struct{ at, frac int64 }
 
-// gcra is lua/gcra.lua in Go, for the in-process fallback (local.go): it
-// decides cost events at now (µs) for a key whose theoretical arrival time
-// is tat (0, or any instant up to now, when the burst is full), events
-// interval µs apart and burst of them at once. It returns the result, with
-// durations in µs as the script's, and the TAT to store if allowed.
-func gcra(tat, now int64, cost int, interval int64, burst int) (allowed bool, remaining int, retry, reset, next, newTAT int64) {
-	span := int64(burst) * interval
-	tat = max(tat, now)
-	newTAT = tat + int64(cost)*interval
-	// next: µs until one more event fits, given the TAT t and left that fit now
-	nextAt := func(t int64, left int) int64 {
-		if left >= burst {
+// gcra is lua/gcra.lua's decision in Go, for the in-process fallback
+// (local.go): it decides cost events at now (µs) for a key whose arrival
+// time is tat (the zero gcraTAT, or any instant up to now, when the burst
+// is full), one event unit and one µs drip (bucketArgs), burst of them at
+// once. It returns the result, with durations in µs as the script's, and
+// the arrival time to store if allowed.
+func gcra(tat gcraTAT, now int64, cost int, unit, drip int64, burst int) (allowed bool, remaining int, retry, reset, next int64, newTAT gcraTAT) {
+	full := int64(burst) * unit
+	var backlog int64 // units ahead of now
+	if tat.at >= now {
+		backlog = (tat.at-now)*drip + tat.frac
+	}
+	left := func(b int64) int { return int(max(0, floorDiv(full-b, unit))) }
+	nextAt := func(b int64, l int) int64 { // µs until one more event fits
+		if l >= burst {
 			return 0
 		}
-		return t - now - int64(burst-left-1)*interval
+		return ceilDiv(b-full+int64(l+1)*unit, drip)
 	}
-	if allowAt := newTAT - span; now < allowAt {
-		left := int(max(0, (now+span-tat)/interval))
-		return false, left, allowAt - now, tat - now, nextAt(tat, left), tat
+	need := backlog + int64(cost)*unit
+	if need > full {
+		l := left(backlog)
+		return false, l, ceilDiv(need-full, drip), ceilDiv(backlog, drip), nextAt(backlog, l), tat
 	}
-	left := int((now + span - newTAT) / interval)
-	return true, left, 0, newTAT - now, nextAt(newTAT, left), newTAT
+	l := left(need)
+	return true, l, 0, ceilDiv(need, drip), nextAt(need, l), gcraTAT{now + need/drip, need % drip}
 }
+
+// floorDiv and ceilDiv divide a by b > 0, rounding down and up, as Lua's
+// math.floor and math.ceil do after a division.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+func ceilDiv(a, b int64) int64 { return -floorDiv(-a, b) }
 
 // bucketArgs: the exact unit of the bucket algorithms. One event is `unit`
 // and one microsecond refills or drains `drip`: period and rate divided by

@@ -82,7 +82,7 @@ func TestBatchScript(t *testing.T) {
 			lim := core.New(rdb, core.WithPrefix(prefix), core.WithPipelines(1), patient)
 			gcra, window := core.PerHour(10), core.Limit{Rate: 5, Period: time.Minute, Algorithm: core.FixedWindow}
 
-			// The key "bad" holds a hash where the GCRA key's string goes.
+			// The key "bad" holds a list where the GCRA key's hash goes.
 			if _, err := lim.Allow(ctx, "bad", gcra); err != nil {
 				t.Fatal(err)
 			}
@@ -96,7 +96,7 @@ func TestBatchScript(t *testing.T) {
 				err = rdb.Del(ctx, bad).Err()
 			}
 			if err == nil {
-				err = rdb.HSet(ctx, bad, "f", 1).Err()
+				err = rdb.RPush(ctx, bad, "x").Err()
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -184,7 +184,7 @@ func TestBatchScriptSettlements(t *testing.T) {
 				if err := rdb.Del(ctx, keys[0]).Err(); err != nil {
 					t.Fatal(err)
 				}
-				if err := rdb.HSet(ctx, keys[0], "f", 1).Err(); err != nil {
+				if err := rdb.RPush(ctx, keys[0], "x").Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -205,7 +205,7 @@ func TestBatchScriptSettlements(t *testing.T) {
 				if i%4 == 2 {
 					return core.Result{}, res[i].Release(ctx) // frees its slots
 				}
-				return core.Result{}, res[i].Settle(ctx, 0) // its key holds a hash: WRONGTYPE
+				return core.Result{}, res[i].Settle(ctx, 0) // its key holds a list: WRONGTYPE
 			})
 			if trips.batchCalls.Load() != 1 || trips.largest.Load() != 2*n || trips.widest.Load() != 1 {
 				t.Fatalf("%d batch script calls, the largest round trip %d calls in %d commands; want one batch call of %d",
@@ -214,7 +214,7 @@ func TestBatchScriptSettlements(t *testing.T) {
 			for i, err := range errs {
 				if i < n && i%4 == 3 {
 					if !redis.HasErrorPrefix(errors.Unwrap(err), "WRONGTYPE") {
-						t.Fatalf("the settlement of a key that holds a hash: %v; want Redis's WRONGTYPE", err)
+						t.Fatalf("the settlement of a key that holds a list: %v; want Redis's WRONGTYPE", err)
 					}
 				} else if err != nil {
 					t.Fatalf("call %d: %v", i, err)

@@ -26,6 +26,7 @@ type decision struct {
 	prefetch, more, got int
 	infos               [bridge.MaxLimits]*limitInfo
 	keys                [bridge.MaxLimits]string
+	marks               [bridge.MaxLimits]int64 // what the reply said each limit's settlement needs
 }
 
 // decide makes a decision of n events for id under limits, each kept in
@@ -94,7 +95,7 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 	reply, err := l.ask(ctx, d, now)
 	var at int64 // the decision's clock, µs
 	if err == nil {
-		at, d.got, err = readReply(reply, limits, d.infos[:d.k], n, results)
+		at, d.got, err = readReply(reply, limits, d.infos[:d.k], n, results, d.marks[:d.k])
 	}
 	if err != nil {
 		// A copy of id: were id itself to reach the heap, so would the

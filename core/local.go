@@ -21,13 +21,13 @@ import (
 // one decision are decided together). Time is the process's clock.
 type localLimiter struct {
 	mu    sync.Mutex
-	tat   *simplelru.LRU[string, int64] // theoretical arrival time, µs, per state
+	tat   *simplelru.LRU[string, gcraTAT] // theoretical arrival time per state
 	now   func() time.Time
 	share func() int // how many instances share the limits, at least 1
 }
 
 func newLocalLimiter(max int, share func() int) *localLimiter {
-	tat, err := simplelru.NewLRU[string, int64](max, nil)
+	tat, err := simplelru.NewLRU[string, gcraTAT](max, nil)
 	if err != nil { // only for max < 1
 		panic(err)
 	}
@@ -39,7 +39,7 @@ func newLocalLimiter(max int, share func() int) *localLimiter {
 // The limits must have passed checkLimits.
 func (l *localLimiter) allow(key string, scopes []string, limits []Limit, n int, each []Result) (Result, int) {
 	var stateBuf [bridge.MaxLimits]string
-	var tatBuf [bridge.MaxLimits]int64
+	var tatBuf [bridge.MaxLimits]gcraTAT
 	var infoBuf [bridge.MaxLimits]*limitInfo
 	states, tats := stateBuf[:len(limits)], tatBuf[:len(limits)]
 	now := l.now().UnixMicro()
@@ -83,13 +83,14 @@ func (l *localLimiter) allow(key string, scopes []string, limits []Limit, n int,
 // limit (the limit divided by share) at now (µs) from the state tat, and
 // the state to keep if it allows. A cost above the share's burst reports
 // the state and is never allowed.
-func localGCRA(limit Limit, info *limitInfo, share int, tat, now int64, n int) (Result, int64) {
+func localGCRA(limit Limit, info *limitInfo, share int, tat gcraTAT, now int64, n int) (Result, gcraTAT) {
 	capacity := max(1, info.capacity/share)
 	cost := n
 	if n > capacity {
 		cost = 0
 	}
-	ok, left, retry, reset, next, tat := gcra(tat, now, cost, gcraInterval(limit)*int64(share), capacity)
+	argv, _ := bucketArgs(limit)
+	ok, left, retry, reset, next, tat := gcra(tat, now, cost, argv[0]*int64(share), argv[1], capacity)
 	res := Result{Limit: limit, Allowed: ok, Remaining: left, RetryAfter: us(retry), ResetAfter: us(reset), NextAfter: us(next)}
 	if cost != n {
 		res.Allowed, res.RetryAfter = false, InfDuration

@@ -169,11 +169,7 @@ func newGrant(rsv *Reservation, sent time.Time, extra int, limits []Limit, resul
 		ends: make([]time.Time, len(limits)), per: make([]int64, len(limits)), rate: make([]int64, len(limits))}
 	for i, l := range limits {
 		g.ends[i] = sent.Add(results[i].ResetAfter)
-		switch {
-		case !l.descriptor().meter:
-		case l.algorithm() == GCRA:
-			g.per[i], g.rate[i] = gcraInterval(l), 1
-		default:
+		if l.descriptor().meter {
 			g.per[i], g.rate[i] = micros(l.Period), int64(l.Rate)
 		}
 	}

@@ -12,15 +12,16 @@ import (
 // else 0, then the decision's clock in µs (a reservation's settlement sends
 // it back), then replyWidth integers per limit, in the order of its keys:
 //
-//	allowed (0 or 1), remaining, retry_after, reset_after, delay, next
+//	allowed (0 or 1), remaining, retry_after, reset_after, delay, next, mark
 //
 // durations in microseconds (see Result for what each means; a remaining
-// below 0, a debt, reads as 0). A batch
+// below 0, a debt, reads as 0); mark is what a settlement of the decision
+// sends back to the algorithm (lua/prelude.lua). A batch
 // script (lua/batch.lua) replies with each decision's reply in turn, each
 // after a status: 1, then the decision's reply; or -len, then the error
 // Redis gave that decision, len bytes (at most maxBatchError) packed six to
 // an integer, big-endian, the last holding the rest.
-const replyWidth = 6
+const replyWidth = 7
 
 // maxBatchError is the longest error message the batch script returns.
 const maxBatchError = 240
@@ -32,11 +33,11 @@ var errMalformed = errors.New("redlimit: a script's reply is malformed")
 func replyLen(limits int) int { return 2 + replyWidth*limits }
 
 // readReply stores in results (one per limit) what reply, a decision's,
-// says of each limit, and returns the decision's clock in µs and the
+// says of each limit, and in marks each limit's mark; it returns the decision's clock in µs and the
 // events a prefetch took beyond the cost. An n above a limit's capacity
 // was sent as 0, to report the state: it is never allowed, RetryAfter
 // InfDuration.
-func readReply(reply []int64, limits []Limit, infos []*limitInfo, n int, results []Result) (int64, int, error) {
+func readReply(reply []int64, limits []Limit, infos []*limitInfo, n int, results []Result, marks []int64) (int64, int, error) {
 	if len(reply) != replyLen(len(limits)) {
 		return 0, 0, fmt.Errorf("%w: %d values for %d limits, want %d", errMalformed, len(reply), len(limits), replyLen(len(limits)))
 	}
@@ -51,6 +52,7 @@ func readReply(reply []int64, limits []Limit, infos []*limitInfo, n int, results
 			Delay:      us(r[4]),
 			NextAfter:  us(r[5]),
 		}
+		marks[i] = r[6]
 		if n > infos[i].capacity {
 			results[i].Allowed, results[i].RetryAfter = false, InfDuration
 		}

@@ -28,8 +28,8 @@ func packError(msg string) []int64 {
 // for what it announces is an error for the rest, never a panic.
 func TestNextReply(t *testing.T) {
 	t.Parallel()
-	one := []int64{1, 1, 77, 1, 9, 0, 5, 0, 0}                   // one limit, allowed, at µs 77
-	two := []int64{1, 0, 77, 1, 4, 0, 7, 0, 0, 0, 0, 3, 3, 0, 3} // two limits, the second denies
+	one := []int64{1, 1, 77, 1, 9, 0, 5, 0, 0, 12}                     // one limit, allowed, at µs 77
+	two := []int64{1, 0, 77, 1, 4, 0, 7, 0, 0, 5, 0, 0, 3, 3, 0, 3, 0} // two limits, the second denies
 	for _, msg := range []string{"", "W", "WRONGT", "WRONGTY", strings.Repeat("é", maxBatchError/2)} {
 		reply := slices.Concat(one, packError(msg), two)
 		mine, rest, err := nextReply(reply, replyLen(1))
@@ -50,7 +50,7 @@ func TestNextReply(t *testing.T) {
 		"short reply":    one[:5],
 		"short message":  packError("WRONGTYPE")[:2],
 		"long message":   packError(strings.Repeat("x", maxBatchError+1)),
-		"unknown status": {2, 1, 77, 1, 9, 0, 5, 0, 0},
+		"unknown status": {2, 1, 77, 1, 9, 0, 5, 0, 0, 0},
 	} {
 		if mine, rest, err := nextReply(reply, replyLen(1)); !errors.Is(err, errMalformed) || mine != nil || rest != nil {
 			t.Errorf("%s: %v, %v, rest %v; want errMalformed and nothing else", name, mine, err, rest)

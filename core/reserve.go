@@ -44,7 +44,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, scopes []string, limi
 type Reservation struct {
 	l     *Limiter
 	res   Result
-	facts []int64 // per limit, what the decision said: remaining, reset_after, next (µs)
+	facts []int64 // per limit, what the decision said: remaining, reset_after, next (µs), mark
 	n     int
 	at    int64  // the decision's clock, µs: when the events were counted
 	id    string // names the reservation's slots and sliding-log entries
@@ -57,7 +57,7 @@ type Reservation struct {
 	one struct {
 		key   [1]string
 		info  [1]*limitInfo
-		facts [3]int64
+		facts [factsWidth]int64
 	}
 }
 
@@ -68,11 +68,14 @@ func newReservation(l *Limiter, d *decision, at int64, results []Result) *Reserv
 	}
 	r.keys = append(r.keys, d.keys[:d.k]...)
 	r.infos = append(r.infos, d.infos[:d.k]...)
-	for _, res := range results {
-		r.facts = append(r.facts, int64(res.Remaining), micros(res.ResetAfter), micros(res.NextAfter))
+	for i, res := range results {
+		r.facts = append(r.facts, int64(res.Remaining), micros(res.ResetAfter), micros(res.NextAfter), d.marks[i])
 	}
 	return r
 }
+
+// factsWidth is how many facts a Reservation keeps of each limit.
+const factsWidth = 4
 
 // Result returns the decision the Reservation was made with: Allowed, and
 // the binding limit's Remaining, RetryAfter and ResetAfter, as AllowAll
@@ -115,7 +118,8 @@ func (r *Reservation) Settle(ctx context.Context, cost int) error {
 	now := l.now()
 	c := l.newLimitsCall(scriptOf(r.infos, true), r.keys, now, r.id).append(r.at, r.n)
 	for i, info := range r.infos {
-		c.args = info.appendArgs(append(c.args, delta, r.facts[3*i], r.facts[3*i+1], r.facts[3*i+2]), now)
+		f := r.facts[factsWidth*i:]
+		c.args = info.appendArgs(append(c.args, delta, f[0], f[1], f[2], f[3]), now)
 	}
 	_, err := l.run(ctx, c)
 	if errors.Is(err, ErrUnavailable) { // not sent: it may be tried again

@@ -7,7 +7,7 @@
 --         reservation id of "+M" asks for a prefetch: up to M events more
 --         than the cost, under every limit, as many as fit now.
 -- Reply   decide returns {allowed, now, then per limit: allowed,
---         remaining, retry_after, reset_after, delay, next}: allowed is 0,
+--         remaining, retry_after, reset_after, delay, next, mark}: allowed is 0,
 --         or 1 plus the events a prefetch took beyond the cost; now is the
 --         decision's clock, which a reservation's settlement reads (0 when
 --         the decision makes no reservation: shorter to send). When a
@@ -34,9 +34,9 @@ local function decide(k, n, at)
   fetching = more
   if n == 1 then -- one limit: decide and store in one pass
     local cost = tonumber(ARGV[at]) + more
-    local allowed, remaining, retry, reset, delay, next =
+    local allowed, remaining, retry, reset, delay, next, mark =
       algorithms[ARGV[at + 1]].decide(KEYS[k], cost, at + 2, cost > 0)
-    return {allowed * (1 + more), stamp, allowed, remaining, retry, reset, delay, next}
+    return {allowed * (1 + more), stamp, allowed, remaining, retry, reset, delay, next, mark or 0}
   end
 
   -- Several: decide each without storing. Only if all allow, decide each
@@ -44,23 +44,24 @@ local function decide(k, n, at)
   local reply, starts, denied = {1 + more, stamp}, {}, false
   for i = 1, n do
     local cost, alg = tonumber(ARGV[at]) + more, algorithms[ARGV[at + 1]]
-    local allowed, remaining, retry, reset, delay, next = alg.decide(KEYS[k + i - 1], cost, at + 2, false)
+    local allowed, remaining, retry, reset, delay, next, mark = alg.decide(KEYS[k + i - 1], cost, at + 2, false)
     denied = denied or allowed == 0
     local r = #reply
-    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
-      allowed, remaining, retry, reset, delay, next
+    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6], reply[r + 7] =
+      allowed, remaining, retry, reset, delay, next, mark or 0
     starts[i] = at
     at = at + 2 + alg.args
   end
   for i = 1, n do
-    local cost, alg, r = tonumber(ARGV[starts[i]]) + more, algorithms[ARGV[starts[i] + 1]], 3 + (i - 1) * 6
+    local cost, alg, r = tonumber(ARGV[starts[i]]) + more, algorithms[ARGV[starts[i] + 1]], 3 + (i - 1) * 7
     if not denied and cost > 0 then -- the same answers, but a prefetch's that counts more
-      reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] =
+      reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
         alg.decide(KEYS[k + i - 1], cost, starts[i] + 2, true)
     elseif denied and cost > 0 and reply[r] == 1 then -- report the state it keeps
-      reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] =
+      reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
         alg.decide(KEYS[k + i - 1], 0, starts[i] + 2, false)
     end
+    reply[r + 6] = reply[r + 6] or 0
   end
   if denied then reply[1] = 0 end
   return reply

@@ -1,87 +1,94 @@
--- GCRA, the generic cell rate algorithm: one timestamp per key.
+-- GCRA, the generic cell rate algorithm: one theoretical arrival time per
+-- key.
 --
--- KEYS    string: the theoretical arrival time (TAT), in microseconds, of
---         the next event at the sustained rate. A key at or before now is
---         the same as no key: the full burst is available. After a
---         prefetch, "TAT:FLOOR" until FLOOR passes: no refund moves the
---         TAT below FLOOR, the TAT the prefetch left, so that the events a
---         Limiter holds stay counted while it may admit them. A prefetch
---         leaves the TAT at least prefetch_lease plus its held events'
---         time ahead (within the burst): the meter then cannot refill over
---         them for that long.
--- ARGV    interval: microseconds between events, period / rate rounded up;
---         burst
--- Reply   allowed, remaining, retry_after, reset_after, 0, next
+-- KEYS    hash {t, q, f, b, a, p}. The theoretical arrival time (TAT) of
+--         the next event at the sustained rate is t + q/drip µs (0 <= q <
+--         drip): events unit/drip µs apart are spaced exactly, however
+--         close. A TAT at or before now is the same as no key. f, above 0,
+--         is a prefetch's floor: until it passes, no refund moves the TAT
+--         below it, so the events a Limiter holds stay counted while it
+--         may admit them; a prefetch leaves the TAT at least
+--         prefetch_lease plus its held events' time ahead (within the
+--         burst). b, a, p: see meter.lua. A string "T" or "T:F" (whole µs,
+--         from earlier versions) reads as t and f.
+-- ARGV    unit, drip: one event is unit, one µs drains drip (period and
+--         rate divided by their greatest common divisor); burst
+-- Reply   allowed, remaining, retry_after, reset_after, 0, next, mark
 --
--- Events are spaced `interval` apart; the TAT may run ahead of now by at
--- most burst * interval, and by more only in debt (settle).
+-- The meter is counted in units: the backlog is how far the TAT is ahead
+-- of now, times drip. An event adds unit; the backlog may reach burst *
+-- unit, and more only in debt (settle).
 
--- gcra_state returns key's TAT (now when there is none) and floor (0).
-local function gcra_state(key)
-  local raw = redis.call('GET', key)
-  local tat = tonumber(raw)
-  if tat or not raw then return tat or now, 0 end
-  local t, f = string.match(raw, '^(%d+):(%d+)$')
-  return tonumber(t), tonumber(f)
+-- gcra_state returns key's backlog at now in units (0 when there is none)
+-- and its f, b, a and p.
+local function gcra_state(key, drip)
+  local s = redis.pcall('HMGET', key, 't', 'q', 'f', 'b', 'a', 'p')
+  if s.err then -- an earlier version's string
+    local raw = redis.call('GET', key)
+    s = {string.match(raw, '^(%d+)')}
+    s[3] = string.match(raw, ':(%d+)$')
+  end
+  if not s[1] then return 0, 0, now, 0, '' end
+  local backlog = (tonumber(s[1]) - now) * drip + (tonumber(s[2]) or 0)
+  return math.max(0, backlog), tonumber(s[3]) or 0, tonumber(s[4]) or 0, tonumber(s[5]) or 0, s[6] or ''
 end
 
--- gcra_store stores tat, and floor while it is ahead; the key lives until
--- the later of the two, or goes when both have passed.
-local function gcra_store(key, tat, floor)
-  local last = math.max(tat, floor)
-  if last <= now then redis.call('DEL', key) return end
-  local value = tat
-  if floor > now then value = string.format('%d:%d', tat, floor) end
-  redis.call('SET', key, value, 'PX', math.max(1, math.ceil((last - now) / 1000)))
+-- gcra_store stores a backlog of `units` at now and the rest; the key
+-- lives until the later of the TAT and the floor, or goes when both have
+-- passed.
+local function gcra_store(key, drip, units, f, b, a, p)
+  local last = math.max(math.ceil(units / drip), f - now)
+  if redis.call('TYPE', key).ok == 'string' or last <= 0 then redis.call('DEL', key) end
+  if last <= 0 then return end
+  if f <= now then f = 0 end
+  redis.call('HSET', key, 't', now + math.floor(units / drip), 'q', units % drip, 'f', f, 'b', b, 'a', a, 'p', p)
+  redis.call('PEXPIRE', key, math.max(1, math.ceil(last / 1000)))
 end
 
-algorithms.gcra = {args = 2, decide = function(key, cost, at, commit)
-  local interval, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-  local span = burst * interval
-  local tat, floor = gcra_state(key)
-  if tat < now then tat = now end
+algorithms.gcra = {args = 3, decide = function(key, cost, at, commit)
+  local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+  local full = burst * unit
+  local backlog, f, b, a, p = gcra_state(key, drip)
 
-  local new_tat = tat + cost * interval
-  local allow_at = new_tat - span
-  -- next: µs until one more event fits, given the TAT `t` and `left` fit now
-  local function next(t, left)
-    if left >= burst then return 0 end
-    return t - now - (burst - left - 1) * interval
+  -- left: events that fit at backlog x; next: µs until one more does
+  local function left(x) return math.max(0, math.floor((full - x) / unit)) end
+  local function next(x, l)
+    if l >= burst then return 0 end
+    return math.ceil((x - full + (l + 1) * unit) / drip)
   end
 
-  if now < allow_at then
-    local left = math.max(0, math.floor((now + span - tat) / interval))
-    return 0, left, allow_at - now, tat - now, 0, next(tat, left)
+  local need = backlog + cost * unit
+  if need > full then
+    local l = left(backlog)
+    return 0, l, math.ceil((need - full) / drip), math.ceil(backlog / drip), 0, next(backlog, l), 0
   end
-  if commit then
-    if fetching > 0 then -- keep what is held counted, for the lease at least
-      new_tat = math.max(new_tat, now + math.min(span, prefetch_lease + fetching * interval))
-      floor = new_tat
-    end
-    gcra_store(key, new_tat, floor)
+  if commit and fetching > 0 then -- keep what is held counted, for the lease at least
+    need = math.max(need, math.min(full, prefetch_lease * drip + fetching * unit))
+    f = now + math.ceil(need / drip)
   end
-  local left = math.floor((now + span - new_tat) / interval)
-  return 1, left, 0, new_tat - now, 0, next(new_tat, left)
+  b, a, p = restart(backlog, b, a, p)
+  a = a + need - backlog
+  if commit then gcra_store(key, drip, need, f, b, a, p) end
+  local l = left(need)
+  return 1, l, 0, math.ceil(need / drip), 0, next(need, l), a
 end,
--- settle moves the TAT ahead by a charge, or back by a refund, as far as
--- the reservation's own events have not drained (its TAT, reserved +
--- reset, is still ahead of now) and not below the floor. A prefetch's
--- give-back (rid "+") refunds only while the events it held were still in
--- the bucket, and lowers the floor with it when it set the floor.
-settle = function(key, delta, at, remaining, reset)
-  local interval = tonumber(ARGV[at])
-  local tat, floor = gcra_state(key)
-  tat = math.max(now, tat)
-  local move = delta * interval
+-- settle moves the backlog up by a charge, or down by a refund as far as
+-- the meter still holds the reservation's events (meter.lua), and not
+-- below the floor. A prefetch's give-back lowers the floor with it when
+-- it set the floor.
+settle = function(key, delta, at, remaining, reset, next, mark)
+  local unit, drip = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+  local backlog, f, b, a, p = gcra_state(key, drip)
   if delta < 0 then
-    move = -math.min(-move, math.max(0, reserved + reset - now))
-    if rid == '+' then
-      if now > reserved + reset + delta * interval then move = 0 end
-      if floor == reserved + reset then floor = floor + move end
+    local want = -delta * unit
+    if rid == '+' and f == reserved + reset and held(mark, backlog, a, b, p) >= want then
+      f = f - math.floor(want / drip) -- its own floor goes down with it
     end
-    tat = math.max(now, floor, tat + move)
+    backlog, p = refund(want, mark, backlog, math.max(0, (f - now) * drip), a, b, p)
   else
-    tat = math.min(tat + move, now + max_debt)
+    b, a, p = restart(backlog, b, a, p)
+    local after = math.min(backlog + delta * unit, max_units)
+    backlog, a = after, a + after - backlog
   end
-  gcra_store(key, tat, floor)
+  gcra_store(key, drip, backlog, f, b, a, p)
 end}

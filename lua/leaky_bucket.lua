@@ -1,37 +1,38 @@
 -- Leaky bucket. The level (events in the bucket) drains continuously at
 -- rate per period; an event that would overflow burst is rejected.
--- leaky_bucket polices: an admitted event passes at once.
--- leaky_bucket_shape queues it: it must wait `delay` until the events ahead
--- of it have drained, so admitted events leave period/rate apart; a
--- max_delay above 0 rejects an event that would wait longer.
+-- leaky_bucket polices: an admitted event passes at once. leaky_bucket_shape
+-- queues it: it waits `delay`, until the events ahead have drained, so they
+-- leave period/rate apart; a max_delay above 0 rejects longer waits.
 --
--- KEYS    hash {l = level, t = µs of the last update, u = unit}, counted
---         in exact units as the token bucket's credit. No key: empty. A
---         level above the burst is a debt (settle).
+-- KEYS    hash {l = level, t = µs of the last update, u = unit, b, a, p}:
+--         units as the token bucket's; b, a, p: see meter.lua. No key:
+--         empty. A level above the burst is a debt (settle).
 -- ARGV    unit, drip: as the token bucket's; burst; shape only: max_delay
 --         in microseconds, 0 for none
--- Reply   allowed, remaining, retry_after, reset_after, delay, next
--- level_of returns the level of key at now, drained, and the µs it was
--- last updated.
+-- Reply   allowed, remaining, retry_after, reset_after, delay, next, mark
+-- level_of returns the level of key at now, drained, its last update, b,
+-- a and p.
 local function level_of(key, unit, drip)
-  local state = redis.call('HMGET', key, 'l', 't', 'u')
-  local level, last = tonumber(state[1]), tonumber(state[2])
-  if not level then return 0, now end
-  local stored = tonumber(state[3])
-  if stored and stored ~= unit then -- the limit changed: keep whole events
+  local s = redis.call('HMGET', key, 'l', 't', 'u', 'b', 'a', 'p')
+  local level, last = tonumber(s[1]), tonumber(s[2])
+  if not level then return 0, now, now, 0, '' end
+  local b, a, p, stored = tonumber(s[4]) or 0, tonumber(s[5]) or 0, s[6] or '', tonumber(s[3])
+  if stored and stored ~= unit then -- the limit changed: keep whole events, anew
     local events = math.floor(level / stored)
-    level = events * unit + math.ceil((level - events * stored) * unit / stored)
+    level, b, a, p = events * unit + math.ceil((level - events * stored) * unit / stored), now, 0, ''
   end
-  if now > last then
-    level = math.max(0, level - (now - last) * drip)
-    last = now
-  end
-  return level, last
+  if now > last then level, last = math.max(0, level - (now - last) * drip), now end
+  return level, last, b, a, p
+end
+
+local function leak_store(key, level, last, unit, b, a, p, drip)
+  redis.call('HSET', key, 'l', level, 't', last, 'u', unit, 'b', b, 'a', a, 'p', p)
+  expire(key, math.ceil(level / drip))
 end
 
 local function leak(key, cost, commit, unit, drip, burst, max_delay)
   local full = burst * unit
-  local level, last = level_of(key, unit, drip)
+  local level, last, b, a, p = level_of(key, unit, drip)
 
   -- room: how many events fit at `l`; below: µs until the level is at
   -- most `to`.
@@ -52,39 +53,36 @@ local function leak(key, cost, commit, unit, drip, burst, max_delay)
 
   -- after how long `cost` would fit
   local wait = below(level + cost * unit, full)
-  local delay = 0
-  if max_delay then
-    delay = math.ceil(level / drip) -- the queue ahead drains first
-    if cap and cost > 0 then wait = math.max(wait, delay - max_delay) end
-  end
+  local delay = max_delay and math.ceil(level / drip) or 0 -- the queue ahead drains first
+  if cap and cost > 0 then wait = math.max(wait, delay - max_delay) end
 
   if wait > 0 or cost == 0 then
     local r = room(level)
-    return wait > 0 and 0 or 1, r, wait, math.ceil(level / drip), 0, next(level, math.max(0, r))
+    return wait > 0 and 0 or 1, r, wait, math.ceil(level / drip), 0, next(level, math.max(0, r)), 0
   end
-  level = level + cost * unit
+  b, a, p = restart(level, b, a, p)
+  level, a = level + cost * unit, a + cost * unit
   local reset = math.ceil(level / drip)
-  if commit then
-    redis.call('HSET', key, 'l', level, 't', last, 'u', unit)
-    redis.call('PEXPIRE', key, math.max(1, math.ceil(reset / 1000)))
-  end
+  if commit then leak_store(key, level, last, unit, b, a, p, drip) end
   local r = room(level)
-  return 1, r, 0, reset, delay, next(level, math.max(0, r))
+  return 1, r, 0, reset, delay, next(level, math.max(0, r)), a
 end
 
 -- settle puts charged events in, above the burst if need be, and takes
--- refunded ones out as far as they have not drained: the reservation left
--- the bucket empty at reserved + reset (less one µs of rounding). A
--- shaping bucket's queue behind the refunded events moves up; the Delay
--- already given is not changed.
-local function leak_settle(key, delta, at, remaining, reset)
+-- refunded ones out as far as they are still in (as gcra.lua's settle
+-- counts them). A shaping bucket's queue behind the refunded events moves
+-- up; the Delay already given is not changed.
+local function leak_settle(key, delta, at, remaining, reset, next, mark)
   local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
-  local level, last = level_of(key, unit, drip)
-  local put = delta * unit
-  if delta < 0 then put = -math.min(-put, math.max(0, reserved + reset - 1 - now) * drip) end
-  level = math.min(burst * unit + max_debt * drip, math.max(0, level + put))
-  redis.call('HSET', key, 'l', level, 't', last, 'u', unit)
-  expire(key, math.ceil(level / drip))
+  local level, last, b, a, p = level_of(key, unit, drip)
+  if delta < 0 then
+    level, p = refund(-delta * unit, mark, level, 0, a, b, p)
+  else
+    b, a, p = restart(level, b, a, p)
+    local after = math.min(burst * unit + max_debt * drip, max_units, level + delta * unit)
+    level, a = after, a + after - level
+  end
+  leak_store(key, level, last, unit, b, a, p, drip)
 end
 
 algorithms.leaky_bucket = {args = 3, decide = function(key, cost, at, commit)

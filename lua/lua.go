@@ -44,6 +44,7 @@ func Settle(names ...string) string { return assemble("one_settle", names) }
 func assemble(end string, names []string) string {
 	var b strings.Builder
 	b.WriteString(read("prelude"))
+	b.WriteString(read("meter"))
 	for _, name := range names {
 		b.WriteString(read(name))
 	}

@@ -1,5 +1,5 @@
--- prelude: starts every script that makes decisions or settles them; the
--- algorithms' files follow it, then decide.lua and one.lua (one decision)
+-- prelude: starts every script that makes decisions or settles them;
+-- meter.lua and the algorithms' files follow it, then decide.lua and one.lua (one decision)
 -- or batch.lua (several), or settle.lua (a reservation's settlement).
 --
 -- A decision is one or more limits, decided all or nothing; their keys
@@ -17,17 +17,18 @@
 -- Each algorithm file adds algorithms.<name> = {args = N, decide = f,
 -- settle = s}. f(key, cost, at, commit) reads its N arguments from
 -- ARGV[at] on and returns allowed (0|1), remaining, retry_after,
--- reset_after, delay, next: next is the time until one more event fits (0
--- when remaining is the burst); durations in microseconds, all integers
--- (floor or ceil after every division, so that state stored in Redis stays
--- exact). It reads the time from `now`. It stores the new state only if it
--- allows and commit is true, which the caller passes only for a cost above
--- 0. s(key, delta, at, remaining, reset, next) settles a reservation made
--- at `reserved`, whose decision said remaining, reset and next of the
--- limit: a delta below 0 gives back -delta events as far as the limit
--- still holds them (for a meter, the part of the reservation time has not
--- drained yet); above 0 it charges delta more without denying (a debt, at
--- most max_debt µs long, that later decisions wait out).
+-- reset_after, delay, next and, optionally, mark: next is the time until
+-- one more event fits (0 when remaining is the burst); mark is whatever
+-- the algorithm's settle needs to know of the state the decision left (0
+-- when absent). Durations are in microseconds, all integers (floor or
+-- ceil after every division, so that state stored in Redis stays exact).
+-- It reads the time from `now`. It stores the new state only if it allows
+-- and commit is true, which the caller passes only for a cost above 0.
+-- s(key, delta, at, remaining, reset, next, mark) settles a reservation
+-- made at `reserved`, whose decision said remaining, reset, next and mark
+-- of the limit: a delta below 0 gives back -delta events as far as the
+-- limit still holds them; above 0 it charges delta more without denying
+-- (a debt, at most max_debt µs long, that later decisions wait out).
 local now -- the decision's clock in microseconds: decide and settle set it
 local redis_now -- the Redis clock, read at most once per script
 local rid -- the reservation's id, or "" (settle: "+" for a prefetch's give-back)
@@ -37,6 +38,7 @@ local fetching = 0 -- the events a decision prefetches beyond its cost (decide.l
 local prefetch_lease = 20000
 local reserved, reserved_n -- settle: when the reservation was made, and its n
 local max_debt = 1125899906842624 -- 2^50 µs, about 35 years: keeps every value exact
+local max_units = 2251799813685248 -- 2^51: the most units a meter's backlog or position reaches
 
 -- clock returns the time an ARGV value gives, or the Redis clock for "".
 local function clock(arg)

@@ -8,18 +8,19 @@
 --         id; the µs it was made at (its decision's now); its n; then per
 --         limit, in the order of its keys: delta (the true cost less n),
 --         what the decision said of the limit (remaining, reset_after and
---         next, µs), the name of its algorithm and its arguments, as for
---         the decision.
+--         next, µs, and its mark), the name of its algorithm and its
+--         arguments, as for the decision.
 -- Reply   settle returns {1}.
 local function settle(k, n, at)
   now, rid, reserved, reserved_n = clock(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
   at = at + 4
   for i = 1, n do
-    local delta, alg = tonumber(ARGV[at]), algorithms[ARGV[at + 4]]
+    local delta, alg = tonumber(ARGV[at]), algorithms[ARGV[at + 5]]
     if delta ~= 0 or alg.holds then
-      alg.settle(KEYS[k + i - 1], delta, at + 5, tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]))
+      alg.settle(KEYS[k + i - 1], delta, at + 6, tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
+        tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]))
     end
-    at = at + 5 + alg.args
+    at = at + 6 + alg.args
   end
   return {1}
 end

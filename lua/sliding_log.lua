@@ -12,26 +12,25 @@
 -- Reply   allowed, remaining, retry_after, reset_after, 0, next
 
 -- log adds events i = from..to at now, named as above, and trims what
--- has left the window.
+-- has left the window. A plain event's i starts past the members already
+-- at now and moves on past any name a refund left free (ZADD NX).
 local function log(key, from, to, id, period)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - period)
   -- string.format, not tostring or `..`: those keep 14 digits of a 16-digit µs
   local stamp = string.format('%d', now)
-  local base = stamp .. ':'
+  local base, need = stamp .. ':', to - from + 1
   if id == '' then
-    local taken = redis.call('ZCOUNT', key, now, now)
-    from, to = from + taken, to + taken
+    from = from + redis.call('ZCOUNT', key, now, now)
   else
     base = base .. id .. ':'
   end
-  local batch = {}
-  for i = from, to do
-    batch[#batch + 1] = stamp
-    batch[#batch + 1] = base .. i
-    if #batch >= 1000 or i == to then -- keep unpack within Lua's stack
-      redis.call('ZADD', key, unpack(batch))
-      batch = {}
+  while need > 0 do -- in batches that keep unpack within Lua's stack
+    local batch = {}
+    for i = from, from + math.min(need, 500) - 1 do
+      batch[#batch + 1], batch[#batch + 2] = stamp, base .. i
     end
+    from = from + #batch / 2
+    need = need - redis.call('ZADD', key, 'NX', unpack(batch))
   end
   expire(key, period)
 end

@@ -1,40 +1,46 @@
 -- Token bucket: capacity burst, refilled continuously at rate per period.
 --
--- KEYS    hash {c = credit, t = µs of the last update, u = unit}. No key
---         means a full bucket. One token is `unit` credit and each µs adds
---         `drip`, so refill is exact. Credit below 0 is a debt (settle).
---         After a prefetch, also f: when the prefetch left the bucket full
---         again; until then no refund fills it further than it would be
---         then, so that the tokens a Limiter holds stay taken while it may
---         admit them (gcra.lua's floor). A prefetch leaves the bucket at
---         least prefetch_lease's refill plus its held tokens below full.
+-- KEYS    hash {c = credit, t = µs of the last update, u = unit, f, b, a,
+--         p} (b, a, p: see meter.lua). No key means a full bucket.
+--         One token is `unit` credit and each µs adds `drip`, so refill is
+--         exact. Credit below 0 is a debt (settle). f, above 0: when a
+--         prefetch left the bucket full again; until then no refund fills
+--         it further than it would be then, so that the tokens a Limiter
+--         holds stay taken while it may admit them (gcra.lua's floor). A
+--         prefetch leaves the bucket at least prefetch_lease's refill plus
+--         its held tokens below full.
 -- ARGV    unit: period / gcd(period, rate); drip: rate / gcd(period, rate);
 --         burst
--- Reply   allowed, remaining, retry_after, reset_after, 0, next
+-- Reply   allowed, remaining, retry_after, reset_after, 0, next, mark
 
--- credit returns the credit of key at now, refilled, the µs it was last
--- updated, and its floor (0 for none); a clock that went backwards refills
--- nothing.
+-- credit_of returns the credit of key at now, refilled, the µs it was
+-- last updated, its floor (0 for none), b, a and p. A clock that went
+-- backwards refills nothing; a changed limit keeps whole tokens, anew.
 local function credit_of(key, unit, drip, full)
-  local state = redis.call('HMGET', key, 'c', 't', 'u', 'f')
-  local credit, last = tonumber(state[1]), tonumber(state[2])
-  if not credit then return full, now, 0 end
-  local stored = tonumber(state[3])
+  local s = redis.call('HMGET', key, 'c', 't', 'u', 'f', 'b', 'a', 'p')
+  local credit, last = tonumber(s[1]), tonumber(s[2])
+  if not credit then return full, now, 0, now, 0, '' end
+  local b, a, p, stored = tonumber(s[5]) or 0, tonumber(s[6]) or 0, s[7] or '', tonumber(s[3])
   if stored and stored ~= unit then -- the limit changed: keep whole tokens
     local tokens = math.floor(credit / stored)
     credit = tokens * unit + math.floor((credit - tokens * stored) * unit / stored)
+    b, a, p = now, 0, ''
   end
-  if now > last then
-    credit = credit + (now - last) * drip
-    last = now
-  end
-  return math.min(full, credit), last, tonumber(state[4]) or 0
+  if now > last then credit, last = credit + (now - last) * drip, now end
+  return math.min(full, credit), last, tonumber(s[4]) or 0, b, a, p
+end
+
+-- bucket_store stores the state, with the floor while it is ahead, and
+-- lets the key live until the bucket is full and the floor passed.
+local function bucket_store(key, credit, last, unit, f, b, a, p, full, drip)
+  redis.call('HSET', key, 'c', credit, 't', last, 'u', unit, 'f', f > now and f or 0, 'b', b, 'a', a, 'p', p)
+  expire(key, math.max(math.ceil((full - credit) / drip), f - now))
 end
 
 algorithms.token_bucket = {args = 3, decide = function(key, cost, at, commit)
   local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   local full = burst * unit
-  local credit, last = credit_of(key, unit, drip, full)
+  local credit, last, f, b, a, p = credit_of(key, unit, drip, full)
 
   -- next: µs until one more whole token is in the bucket
   local function next(tokens)
@@ -45,50 +51,41 @@ algorithms.token_bucket = {args = 3, decide = function(key, cost, at, commit)
   local need = cost * unit
   if credit < need then
     local tokens = math.floor(credit / unit)
-    return 0, tokens, math.ceil((need - credit) / drip), math.ceil((full - credit) / drip), 0, next(tokens)
+    return 0, tokens, math.ceil((need - credit) / drip), math.ceil((full - credit) / drip), 0, next(tokens), 0
   end
+  b, a, p = restart(full - credit, b, a, p)
+  local before = credit
   credit = credit - need
   if commit and fetching > 0 then -- keep what is held taken, for the lease at least
     credit = math.min(credit, math.max(0, full - prefetch_lease * drip - fetching * unit))
   end
+  a = a + before - credit
   local reset = math.ceil((full - credit) / drip)
   if commit then
-    if fetching > 0 then
-      redis.call('HSET', key, 'c', credit, 't', last, 'u', unit, 'f', now + reset)
-    else
-      redis.call('HSET', key, 'c', credit, 't', last, 'u', unit)
-    end
-    redis.call('PEXPIRE', key, math.max(1, math.ceil(reset / 1000)))
+    if fetching > 0 then f = now + reset end
+    bucket_store(key, credit, last, unit, f, b, a, p, full, drip)
   end
   local tokens = math.floor(credit / unit)
-  return 1, tokens, 0, reset, 0, next(tokens)
+  return 1, tokens, 0, reset, 0, next(tokens), a
 end,
 -- settle takes charged tokens out, into a debt if need be, and puts
--- refunded ones back as far as refill has not (the reservation left the
--- bucket full again at reserved + reset, less one µs of rounding) and not
--- above what the floor allows. A prefetch's give-back (rid "+") refunds
--- only while the tokens it held were still missing from the bucket, and
--- lowers the floor with it when it set the floor.
-settle = function(key, delta, at, remaining, reset)
+-- refunded ones back as far as the bucket still misses them (meter.lua)
+-- and the floor allows; a prefetch's give-back as gcra.lua's.
+settle = function(key, delta, at, remaining, reset, next, mark)
   local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   local full = burst * unit
-  local credit, last, floor = credit_of(key, unit, drip, full)
-  local take = delta * unit
+  local credit, last, f, b, a, p = credit_of(key, unit, drip, full)
+  local backlog = full - credit
   if delta < 0 then
-    take = -math.min(-take, math.max(0, reserved + reset - 1 - now) * drip)
-    if rid == '+' then
-      if (reserved + reset - now) * drip < -delta * unit then take = 0 end
-      if floor == reserved + reset then floor = floor - math.floor(-take / drip) end
+    local want = -delta * unit
+    if rid == '+' and f == reserved + reset and held(mark, backlog, a, b, p) >= want then
+      f = f - math.floor(want / drip) -- its own floor goes down with it
     end
-    credit = math.min(credit - take, full - math.max(0, floor - now) * drip)
+    backlog, p = refund(want, mark, backlog, math.max(0, (f - now) * drip), a, b, p)
   else
-    credit = math.max(-max_debt * drip, credit - take)
+    b, a, p = restart(backlog, b, a, p)
+    local after = math.min(backlog + delta * unit, max_units)
+    backlog, a = after, a + after - backlog
   end
-  if floor > now then
-    redis.call('HSET', key, 'c', credit, 't', last, 'u', unit, 'f', floor)
-  else
-    redis.call('HSET', key, 'c', credit, 't', last, 'u', unit)
-    if floor ~= 0 then redis.call('HDEL', key, 'f') end
-  end
-  expire(key, math.max(math.ceil((full - credit) / drip), floor - now))
+  bucket_store(key, full - backlog, last, unit, f, b, a, p, full, drip)
 end}
