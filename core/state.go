@@ -41,12 +41,12 @@ import (
 //     "login": "::login:").
 //
 // So the first '{' of a name opens the hash tag and the first '}' after it
-// closes it: the tag is exactly the escaped key, and what follows it is
-// ":<variant>:<period>", split at its last ':' (a period has none). What
-// precedes it has 0, 1, 2 or 3 bytes ':', one count each for: a prefix
-// without a final ':', with one, with one and a scope, without one and
-// with a scope; p and the scope are the text before its first ':' and
-// between its last two. Escaping '%' keeps prefix "P%7B" apart from "P{"
+// closes it: the tag is exactly the escaped key (never empty: an empty key
+// is an error), and what follows it is ":<variant>:<period>", split at its
+// last ':' (a period has none). What precedes it has 0, 1, 2 or 3 bytes
+// ':', one count each for: a prefix without a final ':', with one, with
+// one and a scope, without one and with a scope; p and the scope are the
+// text before its first ':' and between its last two. Escaping '%' keeps prefix "P%7B" apart from "P{"
 // (written "P%257B" and "P%7B"); escaping ':' keeps prefix "P:login:"
 // ("P%3Alogin:") apart from prefix "P:" in scope "login" ("P:login:").
 
