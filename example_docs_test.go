@@ -196,8 +196,9 @@ func ExampleWithName() {
 	// 4 8
 }
 
-// A policy keeps its state under the prefix "<prefix><name>:", so a
-// Limiter with that prefix reads and resets it.
+// A policy keeps its state for a key under
+// "<prefix><name>:{<key>}:<algorithm>:<period>"; deleting that Redis key
+// resets it.
 func Example_resetPolicyState() {
 	rdb, m := docsRedis()
 	defer m.Close()
@@ -206,17 +207,14 @@ func Example_resetPolicyState() {
 	fmt.Println(sendFrom(login, "192.0.2.1:1234").Header().Get("X-RateLimit-Remaining"))
 
 	ctx := context.Background()
-	scoped := core.New(rdb, core.WithPrefix("redlimit:login:"))
-	res, _ := scoped.AllowN(ctx, "ip:192.0.2.1", core.PerMinute(1), 0) // n = 0: read, do not count
-	fmt.Println(res.Remaining)
-	if err := scoped.Reset(ctx, "ip:192.0.2.1", core.PerMinute(1)); err != nil {
-		fmt.Println(err)
-	}
+	// The policy "login" on the default prefix, its Decision.Key, its limit:
+	state := "redlimit:login:{ip:192.0.2.1}:gcra:1m"
+	fmt.Println(rdb.Del(ctx, state).Val()) // 1: one key deleted
 	w := sendFrom(login, "192.0.2.1:1234")
 	fmt.Println(w.Code, w.Header().Get("X-RateLimit-Remaining"))
 	// Output:
 	// 0
-	// 0
+	// 1
 	// 200 0
 }
 

@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,8 +64,10 @@ type Option func(*Limiter)
 // WithPrefix sets the string every Redis key starts with; the default is
 // "redlimit:", and "" means none. Limiters with different prefixes never
 // share state: give each app, or each instance for limits per instance,
-// its own. Braces (and then '%') in it are written as %7B, %7D (and %25),
-// so that they cannot move the Cluster hash tag off the key.
+// its own. In key names its '%', '{', '}' and every ':' but a final one
+// are written as %25, %7B, %7D and %3A, so that it can neither move the
+// Cluster hash tag off the key nor pass for another prefix and a scope:
+// "redlimit:" stays, "redlimit:pod-7:" is written "redlimit%3Apod-7:".
 func WithPrefix(prefix string) Option {
 	return func(l *Limiter) { l.prefix = prefix }
 }
@@ -152,9 +153,7 @@ func New(rdb redis.Scripter, opts ...Option) *Limiter {
 	if l.log == nil {
 		l.log = slog.Default()
 	}
-	if strings.ContainsAny(l.prefix, "{}") {
-		l.prefix = escape(l.prefix, "{}")
-	}
+	l.prefix = escapePrefix(l.prefix)
 	l.peers.id = l.nextID()
 	l.engine = newEngine(rdb, l.batch, l.pipelines, l.batchScript, l.breakerAfter, l.log)
 	if l.denyKeys > 0 && l.denyMaxAge > 0 {

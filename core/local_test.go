@@ -13,7 +13,7 @@ import (
 
 // localBytesPerEntry bounds the live heap the FailLocal fallback keeps per
 // state (one key under one limit) once full. Measured: 193 bytes (Go 1.26,
-// amd64) for this test's state names of 29 and 40 bytes (scope "api",
+// amd64) for this test's state names of 31 and 42 bytes (scope "api",
 // algorithm, period, and a key "ip:" and six digits): the LRU's map slot,
 // its list element holding the name and the time, and the name's bytes,
 // so a longer key or scope costs its length more (keys over 128 bytes are

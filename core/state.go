@@ -26,10 +26,29 @@ import (
 // key, FailLocal's state in process, and the HTTP layer's header members.
 //
 // The key is a Cluster hash tag, so every limit of one key, in every scope,
-// lands in one Redis Cluster slot and can be decided in one script. In the
-// scope and the prefix '{', '}' and '%' are escaped (%7B, %7D, %25);
-// inside the braces '%' and '}', so the hash tag is always the whole key
-// and distinct keys or scopes never share a name.
+// lands in one Redis Cluster slot and can be decided in one script.
+//
+// The name is one-to-one: two (prefix, scope, key, variant, period) never
+// share one, whatever bytes they hold. Written with e(s, x), s with '%' and
+// the bytes of x as %XX (e is one-to-one: '%' always starts an escape):
+//
+//   - the key is e(key, "}"): no '}';
+//   - the prefix is e(p, "{}:") + c, where c is its final ':' if it has
+//     one (kept, so "redlimit:" stays) and p the rest: no '{', and a ':'
+//     only at its end;
+//   - a scope is e(scope, "{}:") + ":", after a prefix ending in ':'
+//     ("redlimit:login:"), or after "::" otherwise (prefix "" and scope
+//     "login": "::login:").
+//
+// So the first '{' of a name opens the hash tag and the first '}' after it
+// closes it: the tag is exactly the escaped key (never empty: an empty key
+// is an error), and what follows it is ":<variant>:<period>", split at its
+// last ':' (a period has none). What precedes it has 0, 1, 2 or 3 bytes
+// ':', one count each for: a prefix without a final ':', with one, with
+// one and a scope, without one and with a scope; p and the scope are the
+// text before its first ':' and between its last two. Escaping '%' keeps prefix "P%7B" apart from "P{"
+// (written "P%257B" and "P%7B"); escaping ':' keeps prefix "P:login:"
+// ("P%3Alogin:") apart from prefix "P:" in scope "login" ("P:login:").
 
 // limitInfo is what a decision needs of a valid limit, worked out once.
 type limitInfo struct {
@@ -52,7 +71,7 @@ func (info *limitInfo) appendArgs(args []any, now time.Time) []any {
 }
 
 // stateKey returns the name of the state key keeps under the limit of
-// info in scope.
+// info in scope; prefix is written as escapePrefix returns it.
 func stateKey(prefix, scope, key string, info *limitInfo) string {
 	if strings.ContainsAny(key, "%}") {
 		key = escape(key, "}")
@@ -60,10 +79,26 @@ func stateKey(prefix, scope, key string, info *limitInfo) string {
 	if scope == "" {
 		return prefix + "{" + key + "}" + info.state
 	}
-	if strings.ContainsAny(scope, "%{}") {
-		scope = escape(scope, "{}")
+	if strings.ContainsAny(scope, "%{}:") {
+		scope = escape(scope, "{}:")
 	}
-	return prefix + scope + ":{" + key + "}" + info.state
+	if strings.HasSuffix(prefix, ":") {
+		return prefix + scope + ":{" + key + "}" + info.state
+	}
+	return prefix + "::" + scope + ":{" + key + "}" + info.state
+}
+
+// escapePrefix returns prefix as key names write it: '%', '{', '}' and
+// every ':' but a final one as %XX.
+func escapePrefix(prefix string) string {
+	p, colon := strings.CutSuffix(prefix, ":")
+	if !strings.ContainsAny(p, "%{}:") {
+		return prefix
+	}
+	if p = escape(p, "{}:"); colon {
+		p += ":"
+	}
+	return p
 }
 
 // escape returns a copy of s with '%' and the bytes of special written as
