@@ -106,6 +106,7 @@ func build(t testing.TB, a Adapter, s Spec) http.Handler {
 // req is one request to send.
 type req struct {
 	method, path, remote string
+	host                 string   // the Host header; "" is httptest's, example.com
 	headers              []string // name, value, ...
 	ctx                  context.Context
 }
@@ -126,6 +127,9 @@ func (q req) send(h http.Handler) *httptest.ResponseRecorder {
 		r = r.WithContext(q.ctx)
 	}
 	r.RemoteAddr = remote
+	if q.host != "" {
+		r.Host = q.host
+	}
 	for i := 0; i+1 < len(q.headers); i += 2 {
 		r.Header.Add(q.headers[i], q.headers[i+1])
 	}
@@ -187,6 +191,7 @@ func Run(t *testing.T, a Adapter) {
 		{"TwoPoliciesHeaders", testTwoPoliciesHeaders},
 		{"Rules", testRules},
 		{"RulesErrors", testRulesErrors},
+		{"RulesHosts", testRulesHosts},
 		{"Shaping", testShaping},
 		{"FailurePolicies", testFailurePolicies},
 		{"SlowRedis", testSlowRedis},
@@ -570,6 +575,38 @@ func testRulesErrors(t *testing.T, a Adapter) {
 	_, err = a.App(Spec{Limiter: lim, Rules: redlimit.Rules{"/same": "5/m", "GET /same": "5/m", "/{x}": "1/s", "/{y}": "1/s"}})
 	if err == nil || !strings.Contains(err.Error(), "conflicts") {
 		t.Errorf("conflicting rules: error %v, want ServeMux's conflict, named", err)
+	}
+}
+
+// testRulesHosts: a rule's host matches a request's host as a browser and
+// DNS see it: in any case, with or without a trailing dot, on any port, so
+// no spelling of the host dodges the rule, and every spelling shares its
+// state; a pattern is matched the same whatever the spelling of its host.
+// A pattern with a port, which would never match, is refused.
+func testRulesHosts(t *testing.T, a Adapter) {
+	lim := embedded(t)
+	h := build(t, a, Spec{Limiter: lim, Rules: redlimit.Rules{"api.example.com/login": "1/m"}})
+	login := func(host string) req { return req{method: http.MethodPost, path: "/login", host: host} }
+	expect(t, "api.example.com", login("api.example.com").send(h), http.StatusOK, "X-RateLimit-Remaining", "0")
+	for _, host := range []string{"API.EXAMPLE.COM", "api.example.com.", "api.example.com:8080", "Api.Example.Com.:443"} {
+		expect(t, host+" cannot dodge the rule", login(host).send(h), http.StatusTooManyRequests, "X-RateLimit-Limit", "1")
+	}
+	for _, host := range []string{"other.example.com", "api.example.org", "api.example.com.evil"} {
+		expect(t, "no rule for "+host, login(host).send(h), http.StatusOK, "X-RateLimit-Limit", "")
+	}
+	// Another spelling of the pattern's host is the same rule, with the
+	// same state: the client above has used this minute's request.
+	h2 := build(t, a, Spec{Limiter: lim, Rules: redlimit.Rules{"API.Example.COM./login": "1/m"}})
+	expect(t, "a pattern spelled otherwise shares the state", login("api.example.com").send(h2), http.StatusTooManyRequests)
+	expect(t, "another client", req{method: http.MethodPost, path: "/login", host: "API.example.com", remote: "198.51.100.9:1"}.send(h2), http.StatusOK)
+
+	for says, rules := range map[string]redlimit.Rules{
+		"has a port": {"api.example.com:8080/login": "1/m"},
+		"conflicts":  {"api.example.com/login": "1/m", "API.EXAMPLE.COM/login": "2/m"},
+	} {
+		if _, err := a.App(Spec{Limiter: lim, Rules: rules}); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("rules %v: error %v, want one saying %q", rules, err, says)
+		}
 	}
 }
 
