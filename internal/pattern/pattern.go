@@ -282,6 +282,20 @@ func Unrouted(rules map[string]string, routes []Route) ([]string, error) {
 	return unrouted, nil
 }
 
+// Hint returns what to add to the report of unrouted patterns when one of
+// them has a ':' in its path, perhaps gin's and echo's parameter syntax
+// after a prefix ("/files/x_:name"), which a rule's path matches as
+// written: " (patterns are ServeMux's: {id}, not :id)". Otherwise there is
+// no such hint to give, and it returns "".
+func Hint(unrouted []string) string {
+	for _, p := range unrouted {
+		if pat, err := Parse(p); err == nil && strings.ContainsRune(pat.Mux[strings.IndexByte(pat.Mux, '/'):], ':') {
+			return " (patterns are ServeMux's: {id}, not :id)"
+		}
+	}
+	return ""
+}
+
 // Quote writes patterns for an error message: `rule "a"`, `rules "a", "b"`.
 func Quote(patterns []string) string {
 	q := make([]string, len(patterns))
