@@ -57,10 +57,13 @@ func WithAlso(limits ...core.Limit) Option {
 // a header. pick returns one or more limits decided together, as WithAlso's
 // are; nil means the policy's own. A limit keeps its state under the
 // policy's name, its algorithm and its period, so a tier whose rate
-// changes keeps its state. An error from pick, or limits that are invalid
-// or would share state, are answered 400 Bad Request like a missing key,
-// never let through. pick must be safe for concurrent use. Not for rules
-// tables, whose rules say their limits.
+// changes keeps its state. An error from pick, limits that are invalid or
+// would share state, and limits whose smallest burst is below WithCost's
+// n (no request could ever be admitted) are answered 400 Bad Request,
+// never let through nor denied for ever; the last two are configuration
+// errors, logged at error level and observed with a Decision.Err wrapping
+// core.ErrInvalidLimit or core.ErrInvalidCost. pick must be safe for
+// concurrent use. Not for rules tables, whose rules say their limits.
 func WithRequestLimits(pick func(r *http.Request) ([]core.Limit, error)) Option {
 	return func(c *config) { c.pick = pick }
 }
@@ -75,7 +78,11 @@ func WithKey(f keyfunc.Func) Option {
 
 // WithCost sets how many events each request counts for, under each of the
 // policy's limits; the default is 1. It must be between 1 and the smallest
-// burst of its limits.
+// burst of its limits, or the policy is refused. Limits WithRequestLimits
+// picks are checked per request: a request whose limits' burst is below
+// the cost is answered 400 (see WithRequestLimits). The rate-limit fields
+// count in the same unit: X-RateLimit-Remaining is the events left, so a
+// request of cost n uses n of them.
 func WithCost(n int) Option {
 	return func(c *config) { c.cost = n }
 }

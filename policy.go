@@ -118,7 +118,8 @@ type policy struct {
 	log      *slog.Logger
 	errLog   throttle
 	dryLog   throttle
-	keyLog   throttle // requests without a key or with invalid limits
+	keyLog   throttle // requests without a key
+	confLog  throttle // requests whose limits or cost cannot decide them
 }
 
 func (p *policy) policyFor(*http.Request) *policy { return p }
@@ -329,19 +330,35 @@ func (p *policy) verdict(r *http.Request, s *scratch) (Decision, []quota) {
 }
 
 // invalid is the verdict on a request without a key, or whose limits are
-// wrong: 400, or a pass in a dry run. It is logged at warn level, at most
-// once a second per policy, with the error and how many it left out: a
-// key function that never finds its key answers every request 400.
+// wrong: 400, or a pass in a dry run. A request without a key is logged at
+// warn level, one whose limits or cost cannot decide it (a configuration
+// error: core.ErrInvalidLimit, core.ErrInvalidCost) at error level; each
+// at most once a second per policy, with the error and how many it left
+// out: a key function that never finds its key answers every request 400.
 func (p *policy) invalid(r *http.Request, d Decision, err error) Decision {
 	d.Outcome, d.Err = OutcomeInvalid, err
 	if !p.dryRun {
 		d.Status = http.StatusBadRequest
 	}
+	if isConfigError(err) {
+		if skipped, ok := p.confLog.allow(time.Now()); ok {
+			p.log.ErrorContext(r.Context(), "redlimit: configuration error: the request's limits cannot decide it", "policy", p.name,
+				"status", d.Status, "error", err, "requests_not_logged", skipped)
+		}
+		return d
+	}
 	if skipped, ok := p.keyLog.allow(time.Now()); ok {
-		p.log.WarnContext(r.Context(), "redlimit: request without a rate limit key or with invalid limits", "policy", p.name,
+		p.log.WarnContext(r.Context(), "redlimit: request without a rate limit key", "policy", p.name,
 			"status", d.Status, "error", err, "requests_not_logged", skipped)
 	}
 	return d
+}
+
+// isConfigError reports an error of the limits or cost a request is
+// decided by, which the service's configuration, not the client, got
+// wrong.
+func isConfigError(err error) bool {
+	return errors.Is(err, core.ErrInvalidLimit) || errors.Is(err, core.ErrInvalidCost)
 }
 
 // requestQuotas returns what r is decided under: the policy's quotas, or,
@@ -358,6 +375,14 @@ func (p *policy) requestQuotas(r *http.Request) ([]quota, error) {
 		return p.quotas, nil
 	case len(limits)+p.inherits > bridge.MaxLimits:
 		return nil, fmt.Errorf("%w: the request picked %d limits; at most %d", core.ErrInvalidLimit, len(limits), bridge.MaxLimits-p.inherits)
+	}
+	// The cost was checked against the policy's own limits; these are
+	// others. An invalid limit (no capacity) is core's to report.
+	for _, l := range limits {
+		if c := l.Capacity(); c > 0 && c < p.cost {
+			return nil, fmt.Errorf("%w: WithCost(%d) is above the burst %d of the limits the request is decided by (%s): no request could ever be admitted",
+				core.ErrInvalidCost, p.cost, smallestBurst(limits), formatLimits(limits))
+		}
 	}
 	return append(p.quotas[:p.inherits:p.inherits], quotasOf(p.name, limits)...), nil
 }

@@ -199,6 +199,7 @@ func Run(t *testing.T, a Adapter) {
 		{"WithAlso", testWithAlso},
 		{"RulesCatchAll", testRulesCatchAll},
 		{"RequestLimits", testRequestLimits},
+		{"RequestLimitsCost", testRequestLimitsCost},
 		{"InstancesOneDecision", testInstancesOneDecision},
 		{"DraftHeaders", testDraftHeaders},
 		{"ProblemDetails", testProblemDetails},
@@ -866,6 +867,54 @@ func testRequestLimits(t *testing.T, a Adapter) {
 	expect(t, "no plan: the policy's own limit", req{remote: "198.51.100.1:1"}.send(h), http.StatusOK, "X-RateLimit-Limit", "1")
 	expect(t, "an unknown plan", req{headers: []string{"X-Plan", "gold"}}.send(h), http.StatusBadRequest)
 	expect(t, "a plan with an invalid limit", req{headers: []string{"X-Plan", "broken"}}.send(h), http.StatusBadRequest)
+}
+
+// testRequestLimitsCost: a cost is checked against the limits a request
+// is decided by: limits picked per request whose burst is below WithCost's
+// n could never admit it, and the request is answered 400 with a body
+// that says so, logged at error level and observed as a configuration
+// error (core.ErrInvalidCost), never 429 with a Retry-After of forever.
+func testRequestLimitsCost(t *testing.T, a Adapter) {
+	var buf syncBuffer
+	lim, _ := embeddedRedis(t, core.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	var mu sync.Mutex
+	var decided []redlimit.Decision
+	opts := []redlimit.Option{
+		redlimit.WithName("tiers"), redlimit.WithCost(5),
+		redlimit.WithRequestLimits(func(r *http.Request) ([]core.Limit, error) {
+			if r.Header.Get("X-Plan") == "small" {
+				return []core.Limit{core.PerMinute(2)}, nil
+			}
+			return nil, nil
+		}),
+		redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) {
+			mu.Lock()
+			defer mu.Unlock()
+			decided = append(decided, d)
+		}),
+	}
+	h := build(t, a, Spec{Limiter: lim, Global: &Mw{core.PerMinute(10), opts}})
+	expect(t, "the policy's own limit", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", "5")
+	small := req{headers: []string{"X-Plan", "small"}}
+	for i := 0; i < 2; i++ {
+		w := small.send(h)
+		expect(t, "a cost of 5 under 2/m", w, http.StatusBadRequest, "Retry-After", "", "X-RateLimit-Limit", "")
+		if got, want := w.Body.String(), `{"error":"request costs more than its rate limit allows"}`+"\n"; got != want {
+			t.Fatalf("400 body %q, want %q", got, want)
+		}
+	}
+	mu.Lock()
+	last := decided[len(decided)-1]
+	mu.Unlock()
+	if last.Outcome != redlimit.OutcomeInvalid || last.Status != http.StatusBadRequest || !errors.Is(last.Err, core.ErrInvalidCost) ||
+		!strings.Contains(fmt.Sprint(last.Err), "WithCost(5) is above the burst 2 of the limits the request is decided by (2/m)") {
+		t.Fatalf("observed %+v; want OutcomeInvalid, 400 and an error wrapping core.ErrInvalidCost that names the cost and the limits", last)
+	}
+	lines := buf.lines()
+	if len(lines) != 1 || !strings.Contains(lines[0], "level=ERROR") || !strings.Contains(lines[0], "configuration error") || !strings.Contains(lines[0], "policy=tiers") {
+		t.Fatalf("log %q; want one error line saying it is a configuration error", lines)
+	}
+	expect(t, "nothing was charged", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", "0")
 }
 
 // testInstancesOneDecision: app instances share a rules table with a
