@@ -26,6 +26,7 @@ type config struct {
 	answer  answerer
 	// responseCost: WithResponseCost's
 	responseCost func(r *http.Request, status int, header http.Header) int
+	maxCost      int // WithMaxCost's; 0: defaultMaxCost
 }
 
 // WithName names the policy. The name is the scope of its state in Redis,
@@ -184,8 +185,25 @@ func WithDenyHandler(deny func(w http.ResponseWriter, r *http.Request, d Decisio
 // debt. Without it the cost stands. It costs one more round trip per
 // request, and none when cost returns WithCost's n for a policy without
 // Concurrency limits. A handler that panics is settled at WithCost's n.
-// cost must be safe for concurrent use; a negative cost is logged and the
-// reserved one stands. docs/lifecycle.md shows the patterns.
+// A cost above WithMaxCost's n (by default 1e9) is charged
+// that n; a negative cost is logged as an invalid response cost and the
+// reserved one stands; either way the request's slots are freed. cost
+// must be safe for concurrent use. docs/lifecycle.md shows the patterns.
 func WithResponseCost(cost func(r *http.Request, status int, header http.Header) int) Option {
 	return func(c *config) { c.responseCost = cost }
+}
+
+// defaultMaxCost is WithMaxCost's default: the largest cost a settlement
+// takes (core.Reservation.Settle refuses more).
+const defaultMaxCost = 1_000_000_000
+
+// WithMaxCost caps what one request may be charged after its handler: a
+// cost WithResponseCost returns above n (bytes served, tokens used) is
+// charged n, and logged at warn level, at most once a second per policy.
+// The default, and what 0 means, is 1e9, the largest cost a settlement
+// (core.Reservation.Settle) takes. n must be between WithCost's n and
+// 1e9, or the policy is refused. Without WithResponseCost it changes
+// nothing.
+func WithMaxCost(n int) Option {
+	return func(c *config) { c.maxCost = n }
 }

@@ -105,7 +105,7 @@ type config struct {
 // WithRules, whose rules are named by their patterns), WithAlso, WithKey,
 // WithCost, WithSkip, WithFailure, WithDryRun, WithObserver (so
 // promlimit's and otellimit's Metrics.Observer() attach as they are),
-// WithRequestLimits, WithResponseCost, WithHeaders, WithResetUnix,
+// WithRequestLimits, WithResponseCost, WithMaxCost, WithHeaders, WithResetUnix,
 // WithRetryAfterJitter and WithPartitionKey. WithProblemDetails and
 // WithDenyHandler shape an HTTP body that a call does not have: they
 // change nothing, and a call that does not pass always ends with the

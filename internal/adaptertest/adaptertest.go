@@ -207,6 +207,7 @@ func Run(t *testing.T, a Adapter) {
 		{"ResetUnix", testResetUnix},
 		{"FailedLoginsCount", testFailedLoginsCount},
 		{"TokensCharged", testTokensCharged},
+		{"ResponseCostBounds", testResponseCostBounds},
 		{"InFlightRules", testInFlightRules},
 		{"InFlight", testInFlight},
 		{"SlotFreedOnPanic", testSlotFreedOnPanic},
