@@ -29,10 +29,14 @@ const (
 	// HeadersXRateLimit sends X-RateLimit-Limit (the binding limit's
 	// burst), X-RateLimit-Remaining and X-RateLimit-Reset (seconds until
 	// the allowance is full) on every decided answer. It is the default.
+	// Limit and Remaining count the limit's units, of which a request uses
+	// WithCost's n (1 by default): with WithCost(100) under 150 a minute, a
+	// request leaves Remaining 50, and the next is denied with Remaining
+	// 50, fewer than it needs.
 	HeadersXRateLimit HeaderProfile = iota
 	// HeadersDraft sends the IETF draft's RateLimit-Policy and RateLimit
 	// fields (draft-ietf-httpapi-ratelimit-headers) instead, one list
-	// member per limit.
+	// member per limit; their q and r count the limit's units too.
 	HeadersDraft
 	// HeadersBoth sends both sets.
 	HeadersBoth

@@ -178,6 +178,7 @@ func Run(t *testing.T, a Adapter) {
 		{"Skip", testSkip},
 		{"DenyHandler", testDenyHandler},
 		{"Cost", testCost},
+		{"CostUnits", testCostUnits},
 		{"DryRun", testDryRun},
 		{"MissingKey", testMissingKey},
 		{"MissingKeyLogged", testMissingKeyLogged},
@@ -300,6 +301,27 @@ func testCost(t *testing.T, a Adapter) {
 	expect(t, "first", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", "3")
 	expect(t, "second", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", "1")
 	expect(t, "third", req{}.send(h), http.StatusTooManyRequests, "X-RateLimit-Remaining", "1")
+}
+
+// testCostUnits: every rate-limit field counts the unit the limit counts,
+// of which a request of WithCost(n) uses n: 150 a minute with a cost of
+// 100 leaves 50, and the next request, which needs 100, is denied with 50
+// still remaining (correct in those units: 50 are left, 100 are needed),
+// a Retry-After of the 20 s the other 50 take to come back, and a draft t
+// of the 1 s until one more unit does.
+func testCostUnits(t *testing.T, a Adapter) {
+	opts := []redlimit.Option{redlimit.WithName("c"), redlimit.WithCost(100), redlimit.WithHeaders(redlimit.HeadersBoth)}
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(150), opts}})
+	expect(t, "a request of cost 100", req{}.send(h), http.StatusOK,
+		"X-RateLimit-Limit", "150", "X-RateLimit-Remaining", "50", "X-RateLimit-Reset", "40",
+		"RateLimit-Policy", `"c";q=150;w=60`, "RateLimit", `"c";r=50;t=1`)
+	w := req{}.send(h)
+	expect(t, "another, with 50 left", w, http.StatusTooManyRequests,
+		"X-RateLimit-Limit", "150", "X-RateLimit-Remaining", "50", "X-RateLimit-Reset", "40", "Retry-After", "20",
+		"RateLimit-Policy", `"c";q=150;w=60`, "RateLimit", `"c";r=50;t=1`)
+	if got, want := w.Body.String(), `{"error":"rate limit exceeded","retry_after":20}`+"\n"; got != want {
+		t.Fatalf("429 body %q, want %q", got, want)
+	}
 }
 
 func testDryRun(t *testing.T, a Adapter) {
