@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/big"
 	"math/rand/v2"
@@ -28,10 +29,14 @@ const (
 	// HeadersXRateLimit sends X-RateLimit-Limit (the binding limit's
 	// burst), X-RateLimit-Remaining and X-RateLimit-Reset (seconds until
 	// the allowance is full) on every decided answer. It is the default.
+	// Limit and Remaining count the limit's units, of which a request uses
+	// WithCost's n (1 by default): with WithCost(100) under 150 a minute, a
+	// request leaves Remaining 50, and the next is denied with Remaining
+	// 50, fewer than it needs.
 	HeadersXRateLimit HeaderProfile = iota
 	// HeadersDraft sends the IETF draft's RateLimit-Policy and RateLimit
 	// fields (draft-ietf-httpapi-ratelimit-headers) instead, one list
-	// member per limit.
+	// member per limit; their q and r count the limit's units too.
 	HeadersDraft
 	// HeadersBoth sends both sets.
 	HeadersBoth
@@ -312,14 +317,18 @@ func (a *answerer) deny(w http.ResponseWriter, r *http.Request, d Decision) {
 
 // message is a short, safe text for the answer to a request that does not
 // pass; it never contains error details.
-func message(status int) string {
-	switch status {
-	case http.StatusTooManyRequests:
+func message(d Decision) string {
+	switch {
+	case d.Status == http.StatusTooManyRequests:
 		return "rate limit exceeded"
-	case http.StatusBadRequest:
-		return "request has no rate limit key"
+	case d.Status != http.StatusBadRequest:
+		return "rate limiter unavailable"
+	case errors.Is(d.Err, core.ErrInvalidCost):
+		return "request costs more than its rate limit allows"
+	case errors.Is(d.Err, core.ErrInvalidLimit):
+		return "request's rate limits are invalid"
 	}
-	return "rate limiter unavailable"
+	return "request has no rate limit key"
 }
 
 // writeJSON writes d's status and {"error":"...","retry_after":N}, N being
@@ -330,7 +339,7 @@ func writeJSON(w http.ResponseWriter, d Decision) {
 	w.WriteHeader(d.Status)
 	buf := make([]byte, 0, 64)
 	buf = append(buf, `{"error":"`...)
-	buf = append(buf, message(d.Status)...) // a fixed message: nothing to escape
+	buf = append(buf, message(d)...) // a fixed message: nothing to escape
 	buf = append(buf, '"')
 	if d.retryAfter > 0 {
 		buf = append(buf, `,"retry_after":`...)
@@ -362,7 +371,7 @@ type problem struct {
 // quota-exceeded type naming the policies that denied, any other answer
 // as about:blank with its status's text.
 func writeProblem(w http.ResponseWriter, d Decision) {
-	pr := problem{Type: "about:blank", Title: http.StatusText(d.Status), Status: d.Status, Detail: message(d.Status),
+	pr := problem{Type: "about:blank", Title: http.StatusText(d.Status), Status: d.Status, Detail: message(d),
 		RetryAfter: d.retryAfter}
 	if d.Status == http.StatusTooManyRequests {
 		pr.Type, pr.Title, pr.Violated = problemQuotaExceeded, problemTitle, d.violated

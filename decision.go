@@ -23,10 +23,13 @@ type Decision struct {
 	// Status is 0 when the request may proceed. Otherwise it is the status
 	// it is answered with: 429 Too Many Requests, 503 Service Unavailable
 	// (Redis failing under FailClosed, or the client left while a shaping
-	// limit queued it) or 400 Bad Request (no key, or invalid limits).
+	// limit queued it) or 400 Bad Request (no key, or limits that cannot
+	// decide the request: invalid, or a burst below its cost).
 	Status int
-	// Err is the Redis error, the key function's error, or the context's
-	// error when the client left; nil otherwise.
+	// Err is the Redis error, the key function's error, the configuration
+	// error of limits that cannot decide the request (wrapping
+	// core.ErrInvalidLimit or core.ErrInvalidCost), or the context's error
+	// when the client left; nil otherwise.
 	Err error
 	// Duration is how long the decision took, Redis included (and a
 	// shaping limit's wait). It is measured only for observers.
@@ -61,8 +64,8 @@ const (
 	// OutcomeError: Redis failed or was too slow, and FailOpen let it
 	// through or FailClosed refused it (503); or its client left.
 	OutcomeError Outcome = "error"
-	// OutcomeInvalid: it had no key, or limits it picked were invalid
-	// (400, or a pass in a dry run).
+	// OutcomeInvalid: it had no key, or limits it picked were invalid or
+	// could not admit its cost (400, or a pass in a dry run).
 	OutcomeInvalid Outcome = "invalid"
 	// OutcomeSkipped: WithSkip exempted it.
 	OutcomeSkipped Outcome = "skipped"

@@ -26,6 +26,7 @@ type config struct {
 	answer  answerer
 	// responseCost: WithResponseCost's
 	responseCost func(r *http.Request, status int, header http.Header) int
+	maxCost      int // WithMaxCost's; 0: defaultMaxCost
 }
 
 // WithName names the policy. The name is the scope of its state in Redis,
@@ -57,10 +58,13 @@ func WithAlso(limits ...core.Limit) Option {
 // a header. pick returns one or more limits decided together, as WithAlso's
 // are; nil means the policy's own. A limit keeps its state under the
 // policy's name, its algorithm and its period, so a tier whose rate
-// changes keeps its state. An error from pick, or limits that are invalid
-// or would share state, are answered 400 Bad Request like a missing key,
-// never let through. pick must be safe for concurrent use. Not for rules
-// tables, whose rules say their limits.
+// changes keeps its state. An error from pick, limits that are invalid or
+// would share state, and limits whose smallest burst is below WithCost's
+// n (no request could ever be admitted) are answered 400 Bad Request,
+// never let through nor denied for ever; the last two are configuration
+// errors, logged at error level and observed with a Decision.Err wrapping
+// core.ErrInvalidLimit or core.ErrInvalidCost. pick must be safe for
+// concurrent use. Not for rules tables, whose rules say their limits.
 func WithRequestLimits(pick func(r *http.Request) ([]core.Limit, error)) Option {
 	return func(c *config) { c.pick = pick }
 }
@@ -75,7 +79,11 @@ func WithKey(f keyfunc.Func) Option {
 
 // WithCost sets how many events each request counts for, under each of the
 // policy's limits; the default is 1. It must be between 1 and the smallest
-// burst of its limits.
+// burst of its limits, or the policy is refused. Limits WithRequestLimits
+// picks are checked per request: a request whose limits' burst is below
+// the cost is answered 400 (see WithRequestLimits). The rate-limit fields
+// count in the same unit: X-RateLimit-Remaining is the events left, so a
+// request of cost n uses n of them.
 func WithCost(n int) Option {
 	return func(c *config) { c.cost = n }
 }
@@ -177,8 +185,25 @@ func WithDenyHandler(deny func(w http.ResponseWriter, r *http.Request, d Decisio
 // debt. Without it the cost stands. It costs one more round trip per
 // request, and none when cost returns WithCost's n for a policy without
 // Concurrency limits. A handler that panics is settled at WithCost's n.
-// cost must be safe for concurrent use; a negative cost is logged and the
-// reserved one stands. docs/lifecycle.md shows the patterns.
+// A cost above WithMaxCost's n (by default 1e9) is charged
+// that n; a negative cost is logged as an invalid response cost and the
+// reserved one stands; either way the request's slots are freed. cost
+// must be safe for concurrent use. docs/lifecycle.md shows the patterns.
 func WithResponseCost(cost func(r *http.Request, status int, header http.Header) int) Option {
 	return func(c *config) { c.responseCost = cost }
+}
+
+// defaultMaxCost is WithMaxCost's default: the largest cost a settlement
+// takes (core.Reservation.Settle refuses more).
+const defaultMaxCost = 1_000_000_000
+
+// WithMaxCost caps what one request may be charged after its handler: a
+// cost WithResponseCost returns above n (bytes served, tokens used) is
+// charged n, and logged at warn level, at most once a second per policy.
+// The default, and what 0 means, is 1e9, the largest cost a settlement
+// (core.Reservation.Settle) takes. n must be between WithCost's n and
+// 1e9, or the policy is refused. Without WithResponseCost it changes
+// nothing.
+func WithMaxCost(n int) Option {
+	return func(c *config) { c.maxCost = n }
 }

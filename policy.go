@@ -67,9 +67,10 @@ func Serve(p Policy, w http.ResponseWriter, r *http.Request, next func(http.Resp
 
 // serveHeld serves a request whose decision is a reservation (Concurrency
 // limits, WithResponseCost), then settles it, whatever the handler did:
-// with the cost WithResponseCost reports, or releasing it (the cost stands,
-// slots are freed) when there is none or the handler panicked, before the
-// panic goes on up.
+// with the cost WithResponseCost reports, capped at the policy's maximum,
+// or releasing it (the cost stands, slots are freed) when there is none,
+// when it is negative, or when the handler or the cost function panicked,
+// before the panic goes on up.
 func (p *policy) serveHeld(w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request) int, held *core.Reservation) {
 	var sw *statusWriter
 	if p.responseCost != nil {
@@ -83,12 +84,30 @@ func (p *policy) serveHeld(w http.ResponseWriter, r *http.Request, next func(htt
 		if status == 0 {
 			status = sw.statusCode()
 		}
-		cost = p.responseCost(r, status, w.Header())
-		if cost < 0 {
-			p.reportError(r, fmt.Errorf("redlimit: WithResponseCost returned %d; the reserved cost stands", cost))
-			cost = -1
-		}
+		cost = p.boundCost(r, p.responseCost(r, status, w.Header()))
 	}
+}
+
+// boundCost returns what a request whose WithResponseCost is cost is
+// settled at: cost, the maximum if cost is above it, or -1 (the reserved
+// n stands) if it is negative. Either bound is logged, each at most once
+// a second per policy: neither is a failure of the decision, which stands.
+func (p *policy) boundCost(r *http.Request, cost int) int {
+	switch {
+	case cost < 0:
+		if skipped, ok := p.invalidCostLog.allow(time.Now()); ok {
+			p.log.ErrorContext(r.Context(), "redlimit: invalid response cost: WithResponseCost returned a negative cost; settled at the reserved cost, which stands, and its slots freed",
+				"policy", p.name, "cost", cost, "reserved", p.cost, "costs_not_logged", skipped)
+		}
+		return -1
+	case cost > p.maxCost:
+		if skipped, ok := p.maxCostLog.allow(time.Now()); ok {
+			p.log.WarnContext(r.Context(), "redlimit: response cost above the maximum a request may be charged (WithMaxCost); charged the maximum",
+				"policy", p.name, "cost", cost, "charged", p.maxCost, "costs_not_logged", skipped)
+		}
+		return p.maxCost
+	}
+	return cost
 }
 
 // settle settles held at cost (-1: the reserved n), with a context the
@@ -102,7 +121,19 @@ func (p *policy) settle(r *http.Request, held *core.Reservation, cost int) {
 		err = held.Settle(ctx, cost)
 	}
 	if err != nil {
-		p.reportError(r, err)
+		p.reportSettleError(r, err)
+	}
+}
+
+// reportSettleError logs an error settling a request's reservation after
+// its handler, at error level, at most once a second per policy. The
+// request was decided and served; what the settlement would have changed
+// (a refund, a charge) may not have been made, and a slot it did not free
+// ends with its lease.
+func (p *policy) reportSettleError(r *http.Request, err error) {
+	if skipped, ok := p.settleLog.allow(time.Now()); ok {
+		p.log.ErrorContext(r.Context(), "redlimit: settling a served request's reservation failed; a slot it held is freed when its lease ends",
+			"policy", p.name, "error", err, "errors_not_logged", skipped)
 	}
 }
 
@@ -118,7 +149,10 @@ type policy struct {
 	log      *slog.Logger
 	errLog   throttle
 	dryLog   throttle
-	keyLog   throttle // requests without a key or with invalid limits
+	keyLog   throttle // requests without a key
+	confLog  throttle // requests whose limits or cost cannot decide them
+	// after the handler: response costs out of bounds, failed settlements
+	maxCostLog, invalidCostLog, settleLog throttle
 }
 
 func (p *policy) policyFor(*http.Request) *policy { return p }
@@ -155,6 +189,10 @@ func (c *config) policy(lim *core.Limiter, limits []core.Limit) (*policy, error)
 		return nil, errors.New("redlimit: WithKey(nil)")
 	case c.cost < 1 || c.cost > burst:
 		return nil, fmt.Errorf("redlimit: cost %d must be between 1 and the burst of %v (%d)", c.cost, formatLimits(limits), burst)
+	case c.maxCost < 0 || c.maxCost > defaultMaxCost:
+		return nil, fmt.Errorf("redlimit: WithMaxCost(%d): want 0 (the default, %d) to %d", c.maxCost, defaultMaxCost, defaultMaxCost)
+	case c.maxCost > 0 && c.maxCost < c.cost:
+		return nil, fmt.Errorf("redlimit: WithMaxCost(%d) is below the cost of a request, %d (WithCost)", c.maxCost, c.cost)
 	case c.failure < FailOpen || c.failure > FailLocal:
 		return nil, fmt.Errorf("redlimit: unknown failure policy %v", c.failure)
 	case len(name) > maxNameLen:
@@ -170,6 +208,9 @@ func (c *config) policy(lim *core.Limiter, limits []core.Limit) (*policy, error)
 	}
 	p := &policy{config: *c, lim: lim, quotas: quotasOf(name, limits), log: limiterLog(lim)}
 	p.name, p.also = name, nil
+	if p.maxCost == 0 {
+		p.maxCost = defaultMaxCost
+	}
 	if p.log == nil { // the zero Limiter
 		p.log = slog.Default()
 	}
@@ -329,19 +370,35 @@ func (p *policy) verdict(r *http.Request, s *scratch) (Decision, []quota) {
 }
 
 // invalid is the verdict on a request without a key, or whose limits are
-// wrong: 400, or a pass in a dry run. It is logged at warn level, at most
-// once a second per policy, with the error and how many it left out: a
-// key function that never finds its key answers every request 400.
+// wrong: 400, or a pass in a dry run. A request without a key is logged at
+// warn level, one whose limits or cost cannot decide it (a configuration
+// error: core.ErrInvalidLimit, core.ErrInvalidCost) at error level; each
+// at most once a second per policy, with the error and how many it left
+// out: a key function that never finds its key answers every request 400.
 func (p *policy) invalid(r *http.Request, d Decision, err error) Decision {
 	d.Outcome, d.Err = OutcomeInvalid, err
 	if !p.dryRun {
 		d.Status = http.StatusBadRequest
 	}
+	if isConfigError(err) {
+		if skipped, ok := p.confLog.allow(time.Now()); ok {
+			p.log.ErrorContext(r.Context(), "redlimit: configuration error: the request's limits cannot decide it", "policy", p.name,
+				"status", d.Status, "error", err, "requests_not_logged", skipped)
+		}
+		return d
+	}
 	if skipped, ok := p.keyLog.allow(time.Now()); ok {
-		p.log.WarnContext(r.Context(), "redlimit: request without a rate limit key or with invalid limits", "policy", p.name,
+		p.log.WarnContext(r.Context(), "redlimit: request without a rate limit key", "policy", p.name,
 			"status", d.Status, "error", err, "requests_not_logged", skipped)
 	}
 	return d
+}
+
+// isConfigError reports an error of the limits or cost a request is
+// decided by, which the service's configuration, not the client, got
+// wrong.
+func isConfigError(err error) bool {
+	return errors.Is(err, core.ErrInvalidLimit) || errors.Is(err, core.ErrInvalidCost)
 }
 
 // requestQuotas returns what r is decided under: the policy's quotas, or,
@@ -358,6 +415,14 @@ func (p *policy) requestQuotas(r *http.Request) ([]quota, error) {
 		return p.quotas, nil
 	case len(limits)+p.inherits > bridge.MaxLimits:
 		return nil, fmt.Errorf("%w: the request picked %d limits; at most %d", core.ErrInvalidLimit, len(limits), bridge.MaxLimits-p.inherits)
+	}
+	// The cost was checked against the policy's own limits; these are
+	// others. An invalid limit (no capacity) is core's to report.
+	for _, l := range limits {
+		if c := l.Capacity(); c > 0 && c < p.cost {
+			return nil, fmt.Errorf("%w: WithCost(%d) is above the burst %d of the limits the request is decided by (%s): no request could ever be admitted",
+				core.ErrInvalidCost, p.cost, smallestBurst(limits), formatLimits(limits))
+		}
 	}
 	return append(p.quotas[:p.inherits:p.inherits], quotasOf(p.name, limits)...), nil
 }

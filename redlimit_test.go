@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -113,6 +114,9 @@ func TestNewPolicyErrors(t *testing.T) {
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithHeaders(9)}, "unknown header profile"},
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithKey(nil)}, "WithKey(nil)"},
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithName(strings.Repeat("n", 300))}, "longer than 256"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithMaxCost(-1)}, "WithMaxCost(-1): want 0 (the default, 1000000000) to 1000000000"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithMaxCost(1_000_000_001)}, "WithMaxCost(1000000001)"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithCost(3), redlimit.WithMaxCost(2)}, "WithMaxCost(2) is below the cost of a request, 3"},
 	} {
 		_, err := redlimit.NewPolicy(tt.lim, tt.limit, tt.opts...)
 		if err == nil || !strings.Contains(err.Error(), tt.says) {
@@ -428,5 +432,22 @@ func TestObserversCompose(t *testing.T) {
 	decide(p, "192.0.2.1:1")
 	if got := strings.Join(calls, " "); got != "first second first second" {
 		t.Fatalf("observer calls %q", got)
+	}
+}
+
+// TestDefaultMaxCost: WithMaxCost's default, 1e9, is the largest cost a
+// settlement takes, so a request charged it is settled, never refused.
+func TestDefaultMaxCost(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t)
+	ctx := context.Background()
+	for cost, ok := range map[int]bool{1_000_000_000: true, 1_000_000_001: false} {
+		res, err := lim.Reserve(ctx, fmt.Sprint("max-cost-", cost), []core.Limit{core.PerHour(10)}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := res.Settle(ctx, cost); (err == nil) != ok || !ok && !errors.Is(err, core.ErrInvalidCost) {
+			t.Errorf("Settle(%d): %v; want it settled: %v", cost, err, ok)
+		}
 	}
 }

@@ -35,14 +35,21 @@ var ErrInvalidRules = errors.New("redlimit: invalid rules")
 // limits nothing: a method in lower case ("get /search") or not one of
 // RFC 9110's or WebDAV's, another router's syntax (gin's and echo's ":id"
 // and "*name", chi's "{id:[0-9]+}"), and a path no router produces (no
-// leading '/', "//", "." or ".." segments, a query). A host must look like
-// one ("api.example.com/", "localhost:8080/").
+// leading '/', "//", "." or ".." segments, a query), white space around
+// the pattern. A host must look like one ("api.example.com/",
+// "localhost/") and has no port: it matches a request's host as browsers
+// and DNS tell hosts apart, in any case, with or without a trailing dot,
+// on any port, so "api.example.com/login" limits requests to
+// API.EXAMPLE.COM, api.example.com. and api.example.com:8443 alike.
 // A limit string is what core.ParseLimits reads: one limit, or several
 // decided together ("5/m, 20/d"). Each request is limited by the one rule
 // whose pattern matches it most specifically, with ServeMux's precedence,
 // against the request's cleaned path. Each rule is its own policy, named
 // by its pattern, so requests are counted per rule and key, never per raw
-// path.
+// path; the name is the pattern in one spelling (its host in lower case
+// without a trailing dot, one space after the method), so two spellings
+// of a pattern are one rule, with one state (a table holding both is an
+// error).
 //
 // The pattern "*" is the catch-all: its limits apply to every request, in
 // the same decision as the matching rule's, all or nothing, so a request
@@ -176,6 +183,7 @@ type RuleSet struct {
 type ruleTable struct {
 	mux      *http.ServeMux
 	catchAll *policy // the "*" rule, or nil
+	hosts    bool    // some pattern has a host
 }
 
 // catchAll is the pattern of the rule whose limits apply to every request.
@@ -275,6 +283,10 @@ func (t *ruleTable) add(lim *core.Limiter, pattern, spec string, c config) (p *p
 		return nil, err
 	}
 	c.name = pattern
+	if pattern != catchAll {
+		c.name = pat.Name // one state for every spelling of the pattern
+		t.hosts = t.hosts || pat.Host != ""
+	}
 	if p, err = c.policy(lim, limits); err != nil {
 		return nil, err
 	}
@@ -319,6 +331,16 @@ func (s *RuleSet) policyFor(r *http.Request) *policy {
 }
 
 func (t *ruleTable) match(r *http.Request) *policy {
+	// ServeMux matches hosts as written, but without the port: match the
+	// host as browsers and DNS tell hosts apart (any case, with or without
+	// the trailing dot), so that no spelling of a host dodges its rule.
+	if t.hosts {
+		if host := rulepattern.Host(r.Host); !muxSees(r.Host, host) {
+			r2 := *r
+			r2.Host = host
+			r = &r2
+		}
+	}
 	h, _ := t.mux.Handler(r)
 	if rp, ok := h.(rulePolicy); ok {
 		return rp.policy
@@ -337,6 +359,12 @@ func (t *ruleTable) match(r *http.Request) *policy {
 		}
 	}
 	return nil
+}
+
+// muxSees reports whether ServeMux, which drops a port, reads the Host
+// header h as host.
+func muxSees(h, host string) bool {
+	return h == host || len(h) > len(host) && h[:len(host)] == host && h[len(host)] == ':' && !strings.HasPrefix(host, "[")
 }
 
 // cleanPath is path.Clean that keeps a trailing slash, as ServeMux does.

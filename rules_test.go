@@ -146,6 +146,9 @@ var badPatterns = []struct{ pattern, says string }{
 	{"/a/./b", `a "." segment: requests' paths are cleaned`},
 	{"DELETE /a/../b", `a ".." segment`},
 	{"GET /search?q=x", `a pattern has no query or fragment`},
+	{"POST /login ", `white space around the pattern: a rule is named by its pattern, so it would keep its state apart from "POST /login"'s; write "POST /login"`},
+	{" GET /x", `white space around the pattern`},
+	{"localhost:8080/health", `host "localhost:8080" has a port: a request's host is matched without its port, so write "localhost" for every port`},
 }
 
 // TestRulesThatCannotMatch: ParseRules, NewRuleSet and Update refuse a
@@ -197,7 +200,7 @@ func TestRulesStillValid(t *testing.T) {
 	lim := core.New(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}))
 	rules := redlimit.Rules{
 		"*": "100/s", "/": "10/s", "/{$}": "1/s", "GET /users/{id}": "1/s", "/files/{path...}": "1/s",
-		"GET /api/*": "1/s", "api.example.com/": "1/s", "localhost:8080/health": "1/s", "HEAD /x": "1/s",
+		"GET /api/*": "1/s", "api.example.com/": "1/s", "localhost/health": "1/s", "HEAD /x": "1/s",
 		"PUT /x": "1/s", "PATCH /x": "1/s", "DELETE /x": "1/s", "OPTIONS /x": "1/s", "PROPFIND /dav/": "1/s",
 		"/v1/things:batchGet": "1/s", "/a/{x}/b/{$}": "1/s",
 	}

@@ -159,7 +159,7 @@ func CheckRules(e *echo.Echo, rules redlimit.Rules) error {
 	case err != nil:
 		return fmt.Errorf("%w: %w", redlimit.ErrInvalidRules, err)
 	case len(unrouted) > 0:
-		return fmt.Errorf("%w: %s: no route of the echo server matches (patterns are ServeMux's: {id}, not :id)", redlimit.ErrInvalidRules, rulepattern.Quote(unrouted))
+		return fmt.Errorf("%w: %s: no route of the echo server matches%s", redlimit.ErrInvalidRules, rulepattern.Quote(unrouted), rulepattern.Hint(unrouted))
 	}
 	return nil
 }

@@ -208,7 +208,7 @@ func TestCheckRules(t *testing.T) {
 		{"GET /static/css/site.css": "1/s", "/static/{path...}": "1/s", "GET /static/{$}": "1/s"},
 		{"PUT /api/v1/orders/{id}/items/{item}": "1/s", "/api/*": "1/s"},
 		{"DELETE /old/page": "1/s"}, // a RouteNotFound route takes every method
-		{"localhost:8080/login": "1/s"},
+		{"localhost/login": "1/s"},
 	} {
 		if err := echolimit.CheckRules(e, rules); err != nil {
 			t.Errorf("CheckRules(%v): %v", rules, err)
@@ -227,6 +227,13 @@ func TestCheckRules(t *testing.T) {
 		err := echolimit.CheckRules(e, tt.rules)
 		if !errors.Is(err, redlimit.ErrInvalidRules) || !strings.Contains(err.Error(), tt.says) {
 			t.Errorf("CheckRules(%v) = %v; want an ErrInvalidRules error saying %q", tt.rules, err, tt.says)
+		}
+	}
+	// The hint about gin's and echo's ":id" comes only where a path has a ':'.
+	for rule, hint := range map[string]bool{"GET /reports/{id}": false, "GET /logn": false, "GET /files/x_:name": true} {
+		err := echolimit.CheckRules(e, redlimit.Rules{rule: "1/s"})
+		if err == nil || strings.Contains(err.Error(), "not :id") != hint {
+			t.Errorf("CheckRules of %q = %v; want the \"{id}, not :id\" hint: %v", rule, err, hint)
 		}
 	}
 }

@@ -94,5 +94,5 @@ func ExampleCheckRules() {
 	if err := echolimit.CheckRules(e, rules); err != nil {
 		fmt.Println(err)
 	}
-	// Output: redlimit: invalid rules: rule "GET /reports/{id}": no route of the echo server matches (patterns are ServeMux's: {id}, not :id)
+	// Output: redlimit: invalid rules: rule "GET /reports/{id}": no route of the echo server matches
 }

@@ -91,5 +91,5 @@ func ExampleCheckRules() {
 	if err := ginlimit.CheckRules(r, rules); err != nil {
 		fmt.Println(err)
 	}
-	// Output: redlimit: invalid rules: rule "GET /reports/{id}": no route of the gin engine matches (patterns are ServeMux's: {id}, not :id)
+	// Output: redlimit: invalid rules: rule "GET /reports/{id}": no route of the gin engine matches
 }

@@ -138,7 +138,7 @@ func CheckRules(engine *gin.Engine, rules redlimit.Rules) error {
 	case err != nil:
 		return fmt.Errorf("%w: %w", redlimit.ErrInvalidRules, err)
 	case len(unrouted) > 0:
-		return fmt.Errorf("%w: %s: no route of the gin engine matches (patterns are ServeMux's: {id}, not :id)", redlimit.ErrInvalidRules, rulepattern.Quote(unrouted))
+		return fmt.Errorf("%w: %s: no route of the gin engine matches%s", redlimit.ErrInvalidRules, rulepattern.Quote(unrouted), rulepattern.Hint(unrouted))
 	}
 	return nil
 }

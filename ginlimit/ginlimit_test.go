@@ -183,4 +183,11 @@ func TestCheckRules(t *testing.T) {
 			t.Errorf("CheckRules(%v) = %v; want an ErrInvalidRules error saying %q", tt.rules, err, tt.says)
 		}
 	}
+	// The hint about gin's and echo's ":id" comes only where a path has a ':'.
+	for rule, hint := range map[string]bool{"GET /reports/{id}": false, "GET /logn": false, "GET /files/x_:name": true} {
+		err := ginlimit.CheckRules(r, redlimit.Rules{rule: "1/s"})
+		if err == nil || strings.Contains(err.Error(), "not :id") != hint {
+			t.Errorf("CheckRules of %q = %v; want the \"{id}, not :id\" hint: %v", rule, err, hint)
+		}
+	}
 }

@@ -41,9 +41,12 @@
 //     beside the rate-limit fields;
 //   - Redis failing under redlimit.FailClosed: codes.Unavailable,
 //     "rate limiter unavailable", RetryInfo of 1 s and retry-after: 1;
-//   - no key (or invalid limits picked by redlimit.WithRequestLimits):
-//     codes.InvalidArgument, "request has no rate limit key", logged as on
-//     HTTP; the status never carries the error's details;
+//   - no key: codes.InvalidArgument, "request has no rate limit key";
+//     limits picked by redlimit.WithRequestLimits that are invalid, or
+//     whose burst is below redlimit.WithCost's n: codes.InvalidArgument,
+//     "request's rate limits are invalid" or "request costs more than its
+//     rate limit allows"; each logged as on HTTP; the status never
+//     carries the error's details;
 //   - the client gone while a shaping limit made the call wait: the
 //     context's status (codes.Canceled or codes.DeadlineExceeded).
 //
@@ -105,7 +108,7 @@ type config struct {
 // WithRules, whose rules are named by their patterns), WithAlso, WithKey,
 // WithCost, WithSkip, WithFailure, WithDryRun, WithObserver (so
 // promlimit's and otellimit's Metrics.Observer() attach as they are),
-// WithRequestLimits, WithResponseCost, WithHeaders, WithResetUnix,
+// WithRequestLimits, WithResponseCost, WithMaxCost, WithHeaders, WithResetUnix,
 // WithRetryAfterJitter and WithPartitionKey. WithProblemDetails and
 // WithDenyHandler shape an HTTP body that a call does not have: they
 // change nothing, and a call that does not pass always ends with the
@@ -356,7 +359,14 @@ func refusal(ctx context.Context, d redlimit.Decision, w *writer) error {
 		}
 		st = withRetry(status.New(codes.Unavailable, "rate limiter unavailable"), time.Second)
 	default:
-		st = status.New(codes.InvalidArgument, "request has no rate limit key")
+		switch {
+		case errors.Is(d.Err, core.ErrInvalidCost): // limits WithRequestLimits picked cannot admit the cost
+			st = status.New(codes.InvalidArgument, "request costs more than its rate limit allows")
+		case errors.Is(d.Err, core.ErrInvalidLimit):
+			st = status.New(codes.InvalidArgument, "request's rate limits are invalid")
+		default:
+			st = status.New(codes.InvalidArgument, "request has no rate limit key")
+		}
 	}
 	return st.Err()
 }

@@ -316,6 +316,28 @@ func TestAlsoAndCost(t *testing.T) {
 	}
 }
 
+// TestRequestLimitsCost: limits picked per call whose burst is below the
+// cost could never admit it: InvalidArgument saying so, never
+// ResourceExhausted with a wait of forever.
+func TestRequestLimitsCost(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t, core.WithLogger(slog.New(slog.DiscardHandler)))
+	pick := redlimit.WithRequestLimits(func(r *http.Request) ([]core.Limit, error) {
+		if r.Header.Get("Plan") == "small" {
+			return []core.Limit{core.PerMinute(2)}, nil
+		}
+		return nil, nil
+	})
+	cc := serve(t, &echo{}, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, core.PerMinute(10),
+		grpclimit.With(pick, redlimit.WithCost(5)))))
+	want(t, "the interceptor's limit", say(t, cc, "/test.Echo/Say"), codes.OK, "x-ratelimit-remaining", "5")
+	got := say(t, cc, "/test.Echo/Say", "plan", "small")
+	want(t, "a cost of 5 under 2/m", got, codes.InvalidArgument, "x-ratelimit-limit", "", "retry-after", "")
+	if got.st.Message() != "request costs more than its rate limit allows" || retryInfo(got.st) != -1 {
+		t.Errorf("a cost above the burst: %q, RetryInfo %v", got.st.Message(), retryInfo(got.st))
+	}
+}
+
 // TestRules: limits per method and per service on top of the
 // interceptor's limit, which is the catch-all decided with them.
 func TestRules(t *testing.T) {

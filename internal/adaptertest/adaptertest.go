@@ -106,6 +106,7 @@ func build(t testing.TB, a Adapter, s Spec) http.Handler {
 // req is one request to send.
 type req struct {
 	method, path, remote string
+	host                 string   // the Host header; "" is httptest's, example.com
 	headers              []string // name, value, ...
 	ctx                  context.Context
 }
@@ -126,6 +127,9 @@ func (q req) send(h http.Handler) *httptest.ResponseRecorder {
 		r = r.WithContext(q.ctx)
 	}
 	r.RemoteAddr = remote
+	if q.host != "" {
+		r.Host = q.host
+	}
 	for i := 0; i+1 < len(q.headers); i += 2 {
 		r.Header.Add(q.headers[i], q.headers[i+1])
 	}
@@ -174,6 +178,7 @@ func Run(t *testing.T, a Adapter) {
 		{"Skip", testSkip},
 		{"DenyHandler", testDenyHandler},
 		{"Cost", testCost},
+		{"CostUnits", testCostUnits},
 		{"DryRun", testDryRun},
 		{"MissingKey", testMissingKey},
 		{"MissingKeyLogged", testMissingKeyLogged},
@@ -187,6 +192,7 @@ func Run(t *testing.T, a Adapter) {
 		{"TwoPoliciesHeaders", testTwoPoliciesHeaders},
 		{"Rules", testRules},
 		{"RulesErrors", testRulesErrors},
+		{"RulesHosts", testRulesHosts},
 		{"Shaping", testShaping},
 		{"FailurePolicies", testFailurePolicies},
 		{"SlowRedis", testSlowRedis},
@@ -194,6 +200,7 @@ func Run(t *testing.T, a Adapter) {
 		{"WithAlso", testWithAlso},
 		{"RulesCatchAll", testRulesCatchAll},
 		{"RequestLimits", testRequestLimits},
+		{"RequestLimitsCost", testRequestLimitsCost},
 		{"InstancesOneDecision", testInstancesOneDecision},
 		{"DraftHeaders", testDraftHeaders},
 		{"ProblemDetails", testProblemDetails},
@@ -201,6 +208,7 @@ func Run(t *testing.T, a Adapter) {
 		{"ResetUnix", testResetUnix},
 		{"FailedLoginsCount", testFailedLoginsCount},
 		{"TokensCharged", testTokensCharged},
+		{"ResponseCostBounds", testResponseCostBounds},
 		{"InFlightRules", testInFlightRules},
 		{"InFlight", testInFlight},
 		{"SlotFreedOnPanic", testSlotFreedOnPanic},
@@ -293,6 +301,27 @@ func testCost(t *testing.T, a Adapter) {
 	expect(t, "first", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", "3")
 	expect(t, "second", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", "1")
 	expect(t, "third", req{}.send(h), http.StatusTooManyRequests, "X-RateLimit-Remaining", "1")
+}
+
+// testCostUnits: every rate-limit field counts the unit the limit counts,
+// of which a request of WithCost(n) uses n: 150 a minute with a cost of
+// 100 leaves 50, and the next request, which needs 100, is denied with 50
+// still remaining (correct in those units: 50 are left, 100 are needed),
+// a Retry-After of the 20 s the other 50 take to come back, and a draft t
+// of the 1 s until one more unit does.
+func testCostUnits(t *testing.T, a Adapter) {
+	opts := []redlimit.Option{redlimit.WithName("c"), redlimit.WithCost(100), redlimit.WithHeaders(redlimit.HeadersBoth)}
+	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(150), opts}})
+	expect(t, "a request of cost 100", req{}.send(h), http.StatusOK,
+		"X-RateLimit-Limit", "150", "X-RateLimit-Remaining", "50", "X-RateLimit-Reset", "40",
+		"RateLimit-Policy", `"c";q=150;w=60`, "RateLimit", `"c";r=50;t=1`)
+	w := req{}.send(h)
+	expect(t, "another, with 50 left", w, http.StatusTooManyRequests,
+		"X-RateLimit-Limit", "150", "X-RateLimit-Remaining", "50", "X-RateLimit-Reset", "40", "Retry-After", "20",
+		"RateLimit-Policy", `"c";q=150;w=60`, "RateLimit", `"c";r=50;t=1`)
+	if got, want := w.Body.String(), `{"error":"rate limit exceeded","retry_after":20}`+"\n"; got != want {
+		t.Fatalf("429 body %q, want %q", got, want)
+	}
 }
 
 func testDryRun(t *testing.T, a Adapter) {
@@ -573,6 +602,38 @@ func testRulesErrors(t *testing.T, a Adapter) {
 	}
 }
 
+// testRulesHosts: a rule's host matches a request's host as a browser and
+// DNS see it: in any case, with or without a trailing dot, on any port, so
+// no spelling of the host dodges the rule, and every spelling shares its
+// state; a pattern is matched the same whatever the spelling of its host.
+// A pattern with a port, which would never match, is refused.
+func testRulesHosts(t *testing.T, a Adapter) {
+	lim := embedded(t)
+	h := build(t, a, Spec{Limiter: lim, Rules: redlimit.Rules{"api.example.com/login": "1/m"}})
+	login := func(host string) req { return req{method: http.MethodPost, path: "/login", host: host} }
+	expect(t, "api.example.com", login("api.example.com").send(h), http.StatusOK, "X-RateLimit-Remaining", "0")
+	for _, host := range []string{"API.EXAMPLE.COM", "api.example.com.", "api.example.com:8080", "Api.Example.Com.:443"} {
+		expect(t, host+" cannot dodge the rule", login(host).send(h), http.StatusTooManyRequests, "X-RateLimit-Limit", "1")
+	}
+	for _, host := range []string{"other.example.com", "api.example.org", "api.example.com.evil"} {
+		expect(t, "no rule for "+host, login(host).send(h), http.StatusOK, "X-RateLimit-Limit", "")
+	}
+	// Another spelling of the pattern's host is the same rule, with the
+	// same state: the client above has used this minute's request.
+	h2 := build(t, a, Spec{Limiter: lim, Rules: redlimit.Rules{"API.Example.COM./login": "1/m"}})
+	expect(t, "a pattern spelled otherwise shares the state", login("api.example.com").send(h2), http.StatusTooManyRequests)
+	expect(t, "another client", req{method: http.MethodPost, path: "/login", host: "API.example.com", remote: "198.51.100.9:1"}.send(h2), http.StatusOK)
+
+	for says, rules := range map[string]redlimit.Rules{
+		"has a port": {"api.example.com:8080/login": "1/m"},
+		"conflicts":  {"api.example.com/login": "1/m", "API.EXAMPLE.COM/login": "2/m"},
+	} {
+		if _, err := a.App(Spec{Limiter: lim, Rules: rules}); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("rules %v: error %v, want one saying %q", rules, err, says)
+		}
+	}
+}
+
 // testShaping: a shaping leaky bucket makes requests wait their Delay, and
 // a client that leaves while queued is not served.
 func testShaping(t *testing.T, a Adapter) {
@@ -829,6 +890,54 @@ func testRequestLimits(t *testing.T, a Adapter) {
 	expect(t, "no plan: the policy's own limit", req{remote: "198.51.100.1:1"}.send(h), http.StatusOK, "X-RateLimit-Limit", "1")
 	expect(t, "an unknown plan", req{headers: []string{"X-Plan", "gold"}}.send(h), http.StatusBadRequest)
 	expect(t, "a plan with an invalid limit", req{headers: []string{"X-Plan", "broken"}}.send(h), http.StatusBadRequest)
+}
+
+// testRequestLimitsCost: a cost is checked against the limits a request
+// is decided by: limits picked per request whose burst is below WithCost's
+// n could never admit it, and the request is answered 400 with a body
+// that says so, logged at error level and observed as a configuration
+// error (core.ErrInvalidCost), never 429 with a Retry-After of forever.
+func testRequestLimitsCost(t *testing.T, a Adapter) {
+	var buf syncBuffer
+	lim, _ := embeddedRedis(t, core.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	var mu sync.Mutex
+	var decided []redlimit.Decision
+	opts := []redlimit.Option{
+		redlimit.WithName("tiers"), redlimit.WithCost(5),
+		redlimit.WithRequestLimits(func(r *http.Request) ([]core.Limit, error) {
+			if r.Header.Get("X-Plan") == "small" {
+				return []core.Limit{core.PerMinute(2)}, nil
+			}
+			return nil, nil
+		}),
+		redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) {
+			mu.Lock()
+			defer mu.Unlock()
+			decided = append(decided, d)
+		}),
+	}
+	h := build(t, a, Spec{Limiter: lim, Global: &Mw{core.PerMinute(10), opts}})
+	expect(t, "the policy's own limit", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", "5")
+	small := req{headers: []string{"X-Plan", "small"}}
+	for i := 0; i < 2; i++ {
+		w := small.send(h)
+		expect(t, "a cost of 5 under 2/m", w, http.StatusBadRequest, "Retry-After", "", "X-RateLimit-Limit", "")
+		if got, want := w.Body.String(), `{"error":"request costs more than its rate limit allows"}`+"\n"; got != want {
+			t.Fatalf("400 body %q, want %q", got, want)
+		}
+	}
+	mu.Lock()
+	last := decided[len(decided)-1]
+	mu.Unlock()
+	if last.Outcome != redlimit.OutcomeInvalid || last.Status != http.StatusBadRequest || !errors.Is(last.Err, core.ErrInvalidCost) ||
+		!strings.Contains(fmt.Sprint(last.Err), "WithCost(5) is above the burst 2 of the limits the request is decided by (2/m)") {
+		t.Fatalf("observed %+v; want OutcomeInvalid, 400 and an error wrapping core.ErrInvalidCost that names the cost and the limits", last)
+	}
+	lines := buf.lines()
+	if len(lines) != 1 || !strings.Contains(lines[0], "level=ERROR") || !strings.Contains(lines[0], "configuration error") || !strings.Contains(lines[0], "policy=tiers") {
+		t.Fatalf("log %q; want one error line saying it is a configuration error", lines)
+	}
+	expect(t, "nothing was charged", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", "0")
 }
 
 // testInstancesOneDecision: app instances share a rules table with a

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -83,6 +84,54 @@ func testTokensCharged(t *testing.T, a Adapter) {
 	// 44 tokens to come back at 100 an hour: 26.4 minutes.
 	if ra := w.Header().Get("Retry-After"); ra != "1584" {
 		t.Fatalf("Retry-After %s, want 1584 (the debt and the 10 asked for, at 100 an hour)", ra)
+	}
+}
+
+// testResponseCostBounds: every way a request ends frees its slot, a
+// response cost out of bounds included. A cost above the most a request
+// may be charged (WithMaxCost; by default the largest a settlement takes)
+// is charged that most and logged; a negative one is logged as an invalid
+// response cost and the reserved cost stands. Neither is a failed
+// decision, nor leaves a Concurrency slot held until its lease ends.
+func testResponseCostBounds(t *testing.T, a Adapter) {
+	var buf syncBuffer
+	lim, _ := embeddedRedis(t, core.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	fromHeader := redlimit.WithResponseCost(func(r *http.Request, _ int, _ http.Header) int {
+		n, _ := strconv.Atoi(r.Header.Get("X-Cost"))
+		return n
+	})
+	inFlight := core.Limit{Algorithm: core.Concurrency, Rate: 1, Period: time.Hour}
+	h := build(t, a, Spec{Limiter: lim, WorkHandler: ok, Work: &Mw{inFlight, []redlimit.Option{redlimit.WithName("bytes"), fromHeader}}})
+	for _, cost := range []string{"2000000000", "-3", "1"} {
+		expect(t, "response cost "+cost, work(h, "X-Cost", cost), http.StatusOK)
+		expect(t, "after a response cost of "+cost+", the slot is free", work(h, "X-Cost", "0"), http.StatusOK)
+	}
+	lines := buf.lines()
+	if len(lines) != 2 {
+		t.Fatalf("log %q; want one line for the cost above the maximum, one for the negative cost", lines)
+	}
+	for i, want := range [][]string{
+		{"level=WARN", "response cost above the maximum", "policy=bytes", "cost=2000000000", "charged=1000000000"},
+		{"level=ERROR", "invalid response cost", "policy=bytes", "cost=-3", "reserved=1"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(lines[i], w) {
+				t.Errorf("log line %q does not say %q", lines[i], w)
+			}
+		}
+		if strings.Contains(lines[i], "decision failed") || strings.Contains(lines[i], "fail-open") {
+			t.Errorf("log line %q calls a response cost a failed decision", lines[i])
+		}
+	}
+
+	// WithMaxCost caps a request's charge: 80 tokens used is charged 50.
+	tokens := core.Limit{Algorithm: core.TokenBucket, Rate: 100, Period: time.Hour}
+	h = build(t, a, Spec{Limiter: lim, WorkHandler: ok, Work: &Mw{tokens, []redlimit.Option{redlimit.WithName("tokens"), fromHeader, redlimit.WithMaxCost(50)}}})
+	expect(t, "uses 80", work(h, "X-Cost", "80"), http.StatusOK, "X-RateLimit-Remaining", "99")
+	expect(t, "charged 50 of them", work(h, "X-Cost", "1"), http.StatusOK, "X-RateLimit-Remaining", "49")
+	if lines := buf.lines(); len(lines) != 3 || !strings.Contains(lines[2], "policy=tokens") || !strings.Contains(lines[2], "cost=80") || !strings.Contains(lines[2], "charged=50") {
+		t.Fatalf("log %q; want a third line saying cost=80 was charged=50", lines)
 	}
 }
 

@@ -25,9 +25,14 @@ var Methods = []string{
 // Pattern is a rules table's pattern, checked.
 type Pattern struct {
 	Method string // "" for every method
-	Host   string // "" for every host
+	Host   string // "" for every host; else as Host writes it: lower case, no trailing dot
 	Mux    string // the pattern as ServeMux reads it: a trailing "*" is "{rest...}"
-	segs   []segment
+	// Name is the pattern in one spelling: its method, one space, its
+	// host as Host writes it and its path as written. Patterns that match
+	// the same requests alike ("API.example.com./x", "api.example.com/x")
+	// have one Name, which is what a rule's state is kept under.
+	Name string
+	segs []segment
 }
 
 // segment is one '/'-separated part of a path, as a pattern or a route
@@ -53,6 +58,9 @@ const (
 func Parse(p string) (Pattern, error) {
 	var pat Pattern
 	s := strings.TrimSpace(p)
+	if s != p && s != "" {
+		return Pattern{}, fmt.Errorf("white space around the pattern: a rule is named by its pattern, so it would keep its state apart from %q's; write %q", s, s)
+	}
 	if i := strings.IndexAny(s, " \t"); i >= 0 {
 		pat.Method, s = s[:i], strings.TrimLeft(s[i:], " \t")
 		if err := checkMethod(pat.Method); err != nil {
@@ -66,9 +74,13 @@ func Parse(p string) (Pattern, error) {
 	case slash < 0:
 		return Pattern{}, fmt.Errorf("no path: %q does not start with '/'", s)
 	case slash > 0:
-		pat.Host = s[:slash]
-		if !hostLike(pat.Host) {
-			return Pattern{}, fmt.Errorf("the path %q does not start with '/' (and %q is not a host name, as in \"api.example.com/users\")", s, pat.Host)
+		host := s[:slash]
+		if !hostLike(host) {
+			return Pattern{}, fmt.Errorf("the path %q does not start with '/' (and %q is not a host name, as in \"api.example.com/users\")", s, host)
+		}
+		pat.Host = Host(host)
+		if name, _ := splitPort(host); name != host {
+			return Pattern{}, fmt.Errorf("host %q has a port: a request's host is matched without its port, so write %q for every port", host, pat.Host)
 		}
 	}
 	path := s[slash:]
@@ -92,14 +104,42 @@ func Parse(p string) (Pattern, error) {
 		return Pattern{}, err
 	}
 	pat.segs = segs
-	pat.Mux = mux
-	if pat.Host != "" {
-		pat.Mux = pat.Host + mux
-	}
+	pat.Mux, pat.Name = pat.Host+mux, pat.Host+path
 	if pat.Method != "" {
-		pat.Mux = pat.Method + " " + pat.Mux
+		pat.Mux, pat.Name = pat.Method+" "+pat.Mux, pat.Method+" "+pat.Name
 	}
 	return pat, nil
+}
+
+// Host returns a request's host (its Host header, or a pattern's host) as
+// rules match it, the way browsers and DNS tell hosts apart: without a
+// port, in lower case, without the trailing dot of a fully qualified name.
+// So "API.Example.com.:8443" is "api.example.com", and "[::1]:80" is
+// "[::1]". It returns h itself when it is already so written.
+func Host(h string) string {
+	h, _ = splitPort(h)
+	h = strings.TrimSuffix(h, ".")
+	for i := 0; i < len(h); i++ {
+		if 'A' <= h[i] && h[i] <= 'Z' {
+			return strings.ToLower(h)
+		}
+	}
+	return h
+}
+
+// splitPort splits h into its host name and its port ("" when it has
+// none), as a Host header writes them: "example.com:80", "[::1]:80".
+func splitPort(h string) (name, port string) {
+	if strings.HasPrefix(h, "[") { // an IPv6 literal
+		if i := strings.IndexByte(h, ']'); i > 0 && strings.HasPrefix(h[i+1:], ":") {
+			return h[:i+1], h[i+2:]
+		}
+		return h, ""
+	}
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && strings.IndexByte(h, ':') == i {
+		return h[:i], h[i+1:]
+	}
+	return h, ""
 }
 
 // checkMethod refuses a method no request has.
@@ -240,6 +280,20 @@ func Unrouted(rules map[string]string, routes []Route) ([]string, error) {
 		}
 	}
 	return unrouted, nil
+}
+
+// Hint returns what to add to the report of unrouted patterns when one of
+// them has a ':' in its path, perhaps gin's and echo's parameter syntax
+// after a prefix ("/files/x_:name"), which a rule's path matches as
+// written: " (patterns are ServeMux's: {id}, not :id)". Otherwise there is
+// no such hint to give, and it returns "".
+func Hint(unrouted []string) string {
+	for _, p := range unrouted {
+		if pat, err := Parse(p); err == nil && strings.ContainsRune(pat.Mux[strings.IndexByte(pat.Mux, '/'):], ':') {
+			return " (patterns are ServeMux's: {id}, not :id)"
+		}
+	}
+	return ""
 }
 
 // Quote writes patterns for an error message: `rule "a"`, `rules "a", "b"`.

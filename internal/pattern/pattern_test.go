@@ -2,25 +2,74 @@ package pattern
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
-// TestParseMux: a valid pattern is written as ServeMux reads it.
+// TestParseMux: a valid pattern is written as ServeMux reads it, and
+// named in one spelling: its host as Host writes it, one space after the
+// method, the path as written.
 func TestParseMux(t *testing.T) {
 	t.Parallel()
-	for p, want := range map[string]string{
-		"GET /api/*":                "GET /api/{rest...}",
-		"/":                         "/",
-		"  POST\t /login ":          "POST /login",
-		"api.example.com/x/*":       "api.example.com/x/{rest...}",
-		"GET /users/{id}/{$}":       "GET /users/{id}/{$}",
-		"/v1/things:batchGet":       "/v1/things:batchGet",
-		"PROPFIND /dav/{path...}":   "PROPFIND /dav/{path...}",
-		"GET localhost:8080/health": "GET localhost:8080/health",
+	for p, want := range map[string][2]string{
+		"GET /api/*":              {"GET /api/{rest...}", "GET /api/*"},
+		"/":                       {"/", "/"},
+		"POST\t /login":           {"POST /login", "POST /login"},
+		"api.example.com/x/*":     {"api.example.com/x/{rest...}", "api.example.com/x/*"},
+		"API.Example.COM./x":      {"api.example.com/x", "api.example.com/x"},
+		"GET [::1]/x":             {"GET [::1]/x", "GET [::1]/x"},
+		"GET /users/{id}/{$}":     {"GET /users/{id}/{$}", "GET /users/{id}/{$}"},
+		"/v1/things:batchGet":     {"/v1/things:batchGet", "/v1/things:batchGet"},
+		"PROPFIND /dav/{path...}": {"PROPFIND /dav/{path...}", "PROPFIND /dav/{path...}"},
+		"GET localhost/health":    {"GET localhost/health", "GET localhost/health"},
 	} {
 		got, err := Parse(p)
-		if err != nil || got.Mux != want {
-			t.Errorf("Parse(%q) = %q, %v; want %q", p, got.Mux, err, want)
+		if err != nil || got.Mux != want[0] || got.Name != want[1] {
+			t.Errorf("Parse(%q) = %q named %q, %v; want %q named %q", p, got.Mux, got.Name, err, want[0], want[1])
+		}
+	}
+}
+
+// TestParseRefused: white space around a pattern (a rule apart from the
+// same pattern without it) and a host with a port (which no request's
+// host has once its port is dropped) are refused, saying how to write it.
+func TestParseRefused(t *testing.T) {
+	t.Parallel()
+	for p, want := range map[string]string{
+		" POST /login":          `white space around the pattern: a rule is named by its pattern, so it would keep its state apart from "POST /login"'s; write "POST /login"`,
+		"POST /login ":          `white space around the pattern`,
+		"\tGET /x\n":            `write "GET /x"`,
+		"localhost:8080/health": `host "localhost:8080" has a port: a request's host is matched without its port, so write "localhost" for every port`,
+		"GET [::1]:80/x":        `host "[::1]:80" has a port`,
+		"API.example.com:/x":    `write "api.example.com" for every port`,
+	} {
+		if _, err := Parse(p); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q): %v; want an error saying %q", p, err, want)
+		}
+	}
+}
+
+// TestHost: a request's host as rules match it, as browsers and DNS tell
+// hosts apart.
+func TestHost(t *testing.T) {
+	t.Parallel()
+	for h, want := range map[string]string{
+		"":                     "",
+		"api.example.com":      "api.example.com",
+		"API.EXAMPLE.COM":      "api.example.com",
+		"api.example.com.":     "api.example.com",
+		"api.example.com:8080": "api.example.com",
+		"Api.Example.Com.:443": "api.example.com",
+		"localhost":            "localhost",
+		"127.0.0.1:80":         "127.0.0.1",
+		"[::1]":                "[::1]",
+		"[::1]:8080":           "[::1]",
+		"[2001:DB8::1]:443":    "[2001:db8::1]",
+		"api.example.com.evil": "api.example.com.evil",
+		"api.example.com..":    "api.example.com.",
+	} {
+		if got := Host(h); got != want {
+			t.Errorf("Host(%q) = %q, want %q", h, got, want)
 		}
 	}
 }
