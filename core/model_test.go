@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -599,14 +600,23 @@ type model struct {
 	epochs  []epoch    // stepped: the real step boundaries
 
 	net     map[int64]int64 // fixed window: net events per window start
+	charges []mentry        // fixed window: each charge, in the window of win
 	lastWin int64           // fixed window: the last window seen, -1 none
+
+	// A Limiter's prefetched events were counted when it fetched them: a
+	// charge (a debt) made after that fetch binds what comes after them,
+	// not them (docs/lifecycle.md#prefetch). lease, when above 0, is the
+	// fetch an admission answered in process came from: charges logged
+	// after it do not count for that admission. foldBefore keeps the
+	// entries a live lease may still need apart from the folded state.
+	lease, foldBefore int64
 	buckets map[int64]int64 // sliding window: net events per sub-bucket
 	size, k int64           // sliding window
 }
 
 func newModel(l core.Limit, prefix string, start int64) *model {
 	m := &model{l: l, key: stateKey(prefix, "k", l), per: l.Period.Microseconds(), rate: int64(l.Rate),
-		capacity: int64(l.Capacity()), lastWin: -1}
+		capacity: int64(l.Capacity()), lastWin: -1, foldBefore: math.MaxInt64}
 	switch {
 	case l.Algorithm == core.TokenBucket && l.Stepped:
 		m.kind, m.base = kindStepped, meterState{t: start, v: m.capacity}
@@ -678,14 +688,18 @@ func (m *model) apply(s meterState, e *mentry) meterState {
 	return s
 }
 
-// state returns the meter or stepped state at `at` of every entry logged.
+// state returns the meter or stepped state at `at` of every entry logged
+// (for an admission from a lease, less the charges after its fetch).
 func (m *model) state(at int64) meterState {
-	for len(m.entries) > 0 && !m.entries[0].open {
+	for len(m.entries) > 0 && !m.entries[0].open && m.entries[0].at < m.foldBefore {
 		m.base = m.apply(m.base, m.entries[0])
 		m.entries = m.entries[1:]
 	}
 	s := m.base
 	for _, e := range m.entries {
+		if e.forced && m.lease > 0 && e.at > m.lease {
+			continue
+		}
 		s = m.apply(s, e)
 	}
 	return m.advance(s, at)
@@ -748,7 +762,13 @@ func (m *model) admit(before, after, c int64, open bool) (*mentry, string) {
 			break
 		}
 		e.win = w
-		if m.net[w]+c > m.rate {
+		net := m.net[w]
+		for _, x := range m.charges {
+			if x.win == w && m.lease > 0 && x.at > m.lease {
+				net -= x.n
+			}
+		}
+		if net+c > m.rate {
 			why = fmt.Sprintf("%v: %d events admitted at %s in the window from %s, which had %d (net of refunds) of %d",
 				m.l, c, fmtAt(after), fmtAt(w), m.net[w], m.rate)
 		}
@@ -803,6 +823,12 @@ func (m *model) admit(before, after, c int64, open bool) (*mentry, string) {
 	return e, why
 }
 
+// leaseHorizon bounds how long after its fetch a lease of l may answer:
+// the lease plus the time of a whole burst, with room to spare.
+func leaseHorizon(l core.Limit) int64 {
+	return 2*(20_000+int64(l.Capacity())*l.Period.Microseconds()/int64(l.Rate)) + l.Period.Microseconds()
+}
+
 // settle applies a settlement at `at` of entry e (reserved n) at cost.
 func (m *model) settle(e *mentry, n, cost, at int64) {
 	e.open = false
@@ -828,6 +854,13 @@ func (m *model) settle(e *mentry, n, cost, at int64) {
 	case kindWindow: // in the window of now, as observed after the settlement
 		if m.lastWin >= 0 {
 			m.net[m.lastWin] += extra
+			kept := m.charges[:0]
+			for _, x := range m.charges {
+				if x.win+m.per > at {
+					kept = append(kept, x)
+				}
+			}
+			m.charges = append(kept, mentry{at: at, n: extra, win: m.lastWin})
 		}
 	case kindSlidingWindow:
 		m.buckets[floorDiv(at, m.size)] += extra
@@ -903,6 +936,7 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time) (res modelRe
 	pf := mc.primary
 	pf.Prefetch = mc.prefetch
 	var open []*outstanding
+	lastFetch := make([]int64, len(env.lims)) // per Limiter, its last fetch (µs), 0 none
 	now := func() int64 {
 		if env.fake != nil {
 			return env.fake.Now().UnixMicro()
@@ -1044,12 +1078,27 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time) (res modelRe
 			res.local++
 		}
 		o := &outstanding{r: rsv, name: name, n: op.n}
+		lease := int64(0)
+		switch {
+		case fromLease:
+			lease = lastFetch[op.lim]
+		case op.kind == opAllowPrefetch || op.kind == opAllowAll && limits[0].Prefetch > 0:
+			lastFetch[op.lim] = before
+		}
+		fold := int64(math.MaxInt64) // entries before every fetch whose lease may still answer fold
+		for _, f := range lastFetch {
+			if f > 0 && f > before-leaseHorizon(mc.primary) {
+				fold = min(fold, f)
+			}
+		}
 		for _, m := range ms {
 			if err := m.observe(ctx, env.admin); err != nil {
 				res.err = err
 				return false, true
 			}
+			m.lease, m.foldBefore = lease, fold
 			e, why := m.admit(before, after, int64(op.n), rsv != nil)
+			m.lease = 0
 			if why != "" {
 				return fail("over the limit: " + why)
 			}
@@ -1265,9 +1314,10 @@ func TestSlidingLogRefundThenAllow(t *testing.T) {
 
 // TestPrefetchAfterCharge: a Limiter holds prefetched events; another
 // reserves what is left and settles at a cost far above it (a charge: the
-// key goes into debt, and later requests must wait it out). The holder's
-// next decision must be denied, as it would have been without prefetch;
-// the lease must not keep admitting while the key is in debt.
+// key goes into debt, and later requests must wait it out). The held
+// events were counted when they were fetched, before the debt: the holder
+// may still admit them (and no more), and its next decision that reaches
+// Redis waits the debt out (docs/lifecycle.md#prefetch).
 func TestPrefetchAfterCharge(t *testing.T) {
 	t.Parallel()
 	for _, l := range []core.Limit{
@@ -1305,11 +1355,15 @@ func TestPrefetchAfterCharge(t *testing.T) {
 			if res := allowN(t, other, "k", plain, 0); res.Remaining != 0 {
 				t.Fatalf("after the charge: %+v, want 0 remaining (in debt)", res)
 			}
-			// Without prefetch: 1 + 4 + 10 charged at one instant, burst 10:
-			// in debt, so one more is denied.
-			if res := allowN(t, holder, "k", l, 1); res.Allowed {
-				t.Errorf("%v: admitted %+v from the lease while the key is in debt (1 + 4 reserved + 10 charged at one instant, capacity %d)",
-					l, res, l.Capacity())
+			for i := range 5 {
+				if res := allowN(t, holder, "k", l, 1); !res.Allowed || !res.Cached {
+					t.Fatalf("held event %d: %+v; want admitted from the lease", i+1, res)
+				}
+			}
+			// 1 + 5 held + 4 reserved: the burst, counted before the debt;
+			// the 10 charged after them are a debt the next one waits out.
+			if res := allowN(t, holder, "k", l, 1); res.Allowed || res.RetryAfter <= 0 {
+				t.Errorf("%v: after the lease, %+v; want denied in debt", l, res)
 			}
 		})
 	}

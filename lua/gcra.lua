@@ -88,7 +88,8 @@ settle = function(key, delta, at, remaining, reset, next, mark)
   else
     b, a, p = restart(backlog, b, a, p)
     local after = math.min(backlog + delta * unit, max_units)
-    backlog, a = after, a + after - backlog
+    a = a + after - backlog -- (one assignment each: miniredis's Lua assigns as it goes)
+    backlog = after
   end
   gcra_store(key, drip, backlog, f, b, a, p)
 end}

@@ -80,7 +80,8 @@ local function leak_settle(key, delta, at, remaining, reset, next, mark)
   else
     b, a, p = restart(level, b, a, p)
     local after = math.min(burst * unit + max_debt * drip, max_units, level + delta * unit)
-    level, a = after, a + after - level
+    a = a + after - level
+    level = after
   end
   leak_store(key, level, last, unit, b, a, p, drip)
 end

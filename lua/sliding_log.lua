@@ -27,7 +27,8 @@ local function log(key, from, to, id, period)
   while need > 0 do -- in batches that keep unpack within Lua's stack
     local batch = {}
     for i = from, from + math.min(need, 500) - 1 do
-      batch[#batch + 1], batch[#batch + 2] = stamp, base .. i
+      batch[#batch + 1] = stamp
+      batch[#batch + 1] = base .. i
     end
     from = from + #batch / 2
     need = need - redis.call('ZADD', key, 'NX', unpack(batch))

@@ -85,7 +85,8 @@ settle = function(key, delta, at, remaining, reset, next, mark)
   else
     b, a, p = restart(backlog, b, a, p)
     local after = math.min(backlog + delta * unit, max_units)
-    backlog, a = after, a + after - backlog
+    a = a + after - backlog
+    backlog = after
   end
   bucket_store(key, full - backlog, last, unit, f, b, a, p, full, drip)
 end}

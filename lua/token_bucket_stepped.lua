@@ -57,7 +57,8 @@ settle = function(key, delta, at, remaining, reset, next, mark)
   else
     b, a, p = restart(missing, b, a, p)
     local after = math.min(missing + delta, burst + math.floor(max_debt / period) * rate)
-    missing, a = after, a + after - missing
+    a = a + after - missing
+    missing = after
   end
   stepped_store(key, burst - missing, step, b, a, p, rate, period, burst)
 end}
