@@ -35,19 +35,24 @@ algorithms.concurrency = {args = 2, decide = function(key, cost, at, commit)
   local left = cap - held - cost
   if commit then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-    local slots = {}
+    local ends, slots = string.format('%d', now + lease), {}
     for i = 1, cost do
-      slots[#slots + 1] = now + lease
+      slots[#slots + 1] = ends
       slots[#slots + 1] = rid .. ':' .. i
+      if #slots >= 1000 or i == cost then -- keep unpack within Lua's stack
+        redis.call('ZADD', key, unpack(slots))
+        slots = {}
+      end
     end
-    redis.call('ZADD', key, unpack(slots))
     expire(key, last)
   end
   return 1, left, 0, last, 0, left < cap and first or 0
 end,
 -- settle frees the reservation's slots, whatever its cost.
 settle = function(key, delta, at)
-  local slots = {}
-  for i = 1, reserved_n do slots[i] = rid .. ':' .. i end
-  if #slots > 0 then redis.call('ZREM', key, unpack(slots)) end
+  for from = 1, reserved_n, 1000 do -- at most 1000 at a time: unpack's stack
+    local slots = {}
+    for i = from, math.min(from + 999, reserved_n) do slots[#slots + 1] = rid .. ':' .. i end
+    redis.call('ZREM', key, unpack(slots))
+  end
 end, holds = true}
