@@ -119,8 +119,12 @@ func WithDenyCacheMaxAge(d time.Duration) Option {
 // probes Redis itself (a script call of its own every 250 ms, in the
 // background: no decision waits on it) until it answers. On a Cluster or
 // Ring each node has a breaker of its own, so a failing node fails only
-// the decisions on its keys. The default is 500 ms; 0 (or less) turns the
-// breaker off.
+// the decisions on its keys. Failing means no answer (a timeout, a
+// connection error) or a reply that says the server cannot serve now
+// (LOADING, BUSY, OOM and the like; docs/engine.md lists them); an error
+// reply about the decision itself, such as WRONGTYPE on its key, is that
+// decision's alone and counts as an answer. The default is 500 ms; 0 (or
+// less) turns the breaker off.
 func WithBreaker(after time.Duration) Option {
 	return func(l *Limiter) { l.breakerAfter = max(0, after) }
 }
