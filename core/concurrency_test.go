@@ -57,6 +57,20 @@ func freeSlots(t *testing.T, lim *core.Limiter, key string, l core.Limit) int {
 	return res.Remaining
 }
 
+// noSlots: key holds no slot (a member scored by a lease end), and if it
+// is left at all (for its record of hold times), it expires within the
+// lease.
+func noSlots(t *testing.T, w *world, what, key string, lease time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	if n := w.admin.ZCount(ctx, key, "(0", "+inf").Val(); n != 0 {
+		t.Fatalf("%s: %d slots stored, want none", what, n)
+	}
+	if ttl := w.admin.PTTL(ctx, key).Val(); w.admin.Exists(ctx, key).Val() != 0 && (ttl <= 0 || ttl > lease) {
+		t.Fatalf("%s: the key is left with PTTL %v, want it to expire within the lease %v", what, ttl, lease)
+	}
+}
+
 // release releases r and fails the test on error.
 func release(t *testing.T, r *core.Reservation) {
 	t.Helper()
@@ -186,6 +200,7 @@ var concurrencyCases = []struct {
 	{"LimitChange", testConcLimitChange},
 	{"Reset", testConcReset},
 	{"TwoLeases", testConcTwoLeases},
+	{"HoldHint", testConcHoldHint},
 }
 
 // TestConcurrencySemantics: what a Concurrency limit promises, on every
@@ -360,10 +375,9 @@ func testConcRelease(t *testing.T, w *world) {
 	if got := freeSlots(t, lim, "k", l); got != 3 {
 		t.Fatalf("all released: %d free, want 3", got)
 	}
-	// No slot is held: nothing is left in Redis.
-	if n := w.admin.Exists(ctx, stateKey(w.prefix, "k", l)).Val(); n != 0 {
-		t.Fatal("every slot is free, yet the key exists")
-	}
+	// No slot is held: none is left in Redis (the key keeps its record of
+	// hold times until its last lease would have ended).
+	noSlots(t, w, "every slot is free", stateKey(w.prefix, "k", l), l.Period)
 }
 
 // testConcRefused: Allow, AllowN (a peek included), AllowAll and Wait
@@ -459,9 +473,7 @@ func testConcMixed(t *testing.T, w *world) {
 	if res := concReserve(t, lim, "k", limits, 1).Result(); res.Allowed {
 		t.Fatalf("rate spent, every slot free: %+v, want denied", res)
 	}
-	if n := w.admin.Exists(ctx, stateKey(w.prefix, "k", conc)).Val(); n != 0 {
-		t.Fatal("a Reservation denied by the rate limit wrote the concurrency limit's state")
-	}
+	noSlots(t, w, "a Reservation denied by the rate limit", stateKey(w.prefix, "k", conc), conc.Period)
 	// Once the rate allows again, both are charged.
 	w.advance(time.Hour)
 	check(t, "an hour later", concReserve(t, lim, "k", limits, 2).Result(), true, 0)
@@ -581,9 +593,7 @@ func testConcTTL(t *testing.T, w *world) {
 	release(t, r2)
 	pttl("after releasing the later lease", 0)
 	release(t, r1)
-	if n := w.admin.Exists(ctx, key).Val(); n != 0 {
-		t.Fatal("no slot is held, yet the key exists")
-	}
+	noSlots(t, w, "no slot is held", key, l.Period)
 }
 
 // testConcLimitChange: Rate is not part of the key, so a limit changed at

@@ -44,7 +44,9 @@ const (
 	// if its holder never says (a process that dies leaks nothing for
 	// longer). Only Reserve takes it; Allow, AllowN and AllowAll refuse a
 	// Concurrency limit with an error wrapping ErrInvalidLimit. Its Rate is
-	// at most 100 000 slots.
+	// at most 100 000 slots. A denial's RetryAfter is when a slot is likely
+	// free, from how long the key's slots were held lately, never later
+	// than the lease end that frees one (docs/lifecycle.md).
 	Concurrency Algorithm = "concurrency"
 )
 
