@@ -991,7 +991,8 @@ func TestConcurrencyDenyCacheRealTime(t *testing.T) {
 
 // TestConcurrencyReleaseWhileStopped: a Release sent while Redis is
 // stopped (SIGSTOP) returns ErrTimeout by its 50 ms timeout; it is sent
-// at most once, so after Redis resumes it frees its own slot and no other
+// at most once (its slot's release may be retried: that frees the same
+// slot), so after Redis resumes it frees its own slot and no other
 // (another Reservation's stays held); a second Release is ErrSettled; the
 // Limiter's goroutines go away. Not parallel: it counts goroutines.
 func TestConcurrencyReleaseWhileStopped(t *testing.T) {
@@ -1054,10 +1055,13 @@ func TestConcurrencyReleaseWhileStopped(t *testing.T) {
 	if statsErr != nil {
 		t.Fatal(statsErr)
 	}
-	if n := stats["zrem"].Calls; n != 1 {
-		t.Fatalf("the settlement ran %v times, want once", n)
+	// The settlement, and the release of its slot the Limiter retries in
+	// the background (it frees the same slot, idempotently).
+	if n := stats["zrem"].Calls; n < 1 || n > 2 {
+		t.Fatalf("the settlement ran %v times, want once, and once more its retried release at most", n)
 	}
-	t.Logf("Release while stopped: %v after %v; its settlement ran once Redis resumed", err, took)
+	t.Logf("Release while stopped: %v after %v; its settlement (and its retried release) ran %v times once Redis resumed; %+v",
+		err, took, stats["zrem"].Calls, lim.Stats())
 	release(t, b)
 	if free := freeSlots(t, peek, "k", l); free != l.Rate {
 		t.Fatalf("b released: %d free, want %d", free, l.Rate)

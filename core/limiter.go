@@ -44,6 +44,7 @@ type Limiter struct {
 	leases   sync.Map    // prefetched allowance: a decision's cache id -> *lease (prefetch.go)
 	sweeping atomic.Bool // a goroutine sweeps leases
 	peers    peers       // how many instances share the keys, for FailLocal (peers.go)
+	releaser releaser    // frees the slots of failed settlements (release.go)
 	// fixedPrefetch makes every fetch ask for Prefetch events rather than
 	// adapt; only tests and benchmarks that compare the two set it.
 	fixedPrefetch bool
@@ -224,6 +225,19 @@ type Stats struct {
 	// node's on a Cluster or Ring: as a counter it shows an opening even if
 	// the breaker closed again before a metrics scrape.
 	BreakerOpens uint64
+	// FailedSettlements counts the settlements (Settle, Release) that
+	// returned an error from Redis or the engine since New: a timeout, a
+	// lost connection, an open breaker (ErrUnavailable). An invalid cost
+	// or a second settlement (ErrSettled) is not counted.
+	FailedSettlements uint64
+	// RetriedReleases counts the failed settlements whose Concurrency
+	// slots the Limiter then freed in the background (a retried release
+	// that Redis answered).
+	RetriedReleases uint64
+	// AbandonedReleases counts the failed settlements whose slots the
+	// Limiter stopped trying to free: their lease ended first (it frees
+	// them), the key held another type, or too many waited to be retried.
+	AbandonedReleases uint64
 }
 
 // Stats returns the Limiter's counters. It is cheap and safe for
@@ -231,7 +245,8 @@ type Stats struct {
 func (l *Limiter) Stats() Stats {
 	l.engine.forgetting.Lock()
 	defer l.engine.forgetting.Unlock()
-	s := Stats{BreakerOpens: l.engine.goneOpens.Load()}
+	s := Stats{BreakerOpens: l.engine.goneOpens.Load(), FailedSettlements: l.releaser.failed.Load(),
+		RetriedReleases: l.releaser.retried.Load(), AbandonedReleases: l.releaser.abandoned.Load()}
 	l.engine.eachLane(func(ln *lane) {
 		open := ln.breaker.open.Load()
 		s.BreakerOpen = s.BreakerOpen || open

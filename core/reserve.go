@@ -89,9 +89,13 @@ func (r *Reservation) Result() Result { return r.res }
 //
 // It is one round trip, sent at most once: an error (a timeout, a lost
 // reply) may or may not have settled, and the Reservation counts as
-// settled either way; its slots then end with their lease. An error
-// wrapping ErrUnavailable (the breaker is open) was not sent: the
-// Reservation is not settled, and may be settled again. None is made
+// settled either way. An error wrapping ErrUnavailable (the breaker is
+// open) was not sent: the Reservation is not settled, and may be settled
+// again. After either, the Limiter frees the Reservation's Concurrency
+// slots in the background, retrying until Redis answers or their lease
+// ends (freeing slots twice frees nothing more); a refund or a charge is
+// never sent again but by a caller's new Settle after ErrUnavailable.
+// Stats counts failed settlements and retried releases. None is made
 // when there is nothing to settle (cost n, no slots). A second Settle or
 // Release returns an error wrapping ErrSettled; on a denied Reservation
 // they do nothing and return nil. A negative cost, or one above 1e9, is an
@@ -127,6 +131,7 @@ func (r *Reservation) Settle(ctx context.Context, cost int) error {
 		}
 	}
 	if err != nil {
+		l.settleFailed(r, err) // frees its slots in the background (release.go)
 		return fmt.Errorf("redlimit: settling reservation %s of %d at %d: %w", r.id, r.n, cost, err)
 	}
 	return nil
