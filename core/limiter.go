@@ -214,7 +214,8 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
 	return l.reset(ctx, "", key, limit)
 }
 
-// Stats are a Limiter's counters, for metrics.
+// Stats are a Limiter's counters, for metrics. Every counter starts at 0
+// when New returns and only grows.
 type Stats struct {
 	// BreakerOpen is true while a breaker is open: Redis (on a Cluster or
 	// Ring, one of its nodes) kept failing, and decisions on its keys fail
@@ -225,10 +226,11 @@ type Stats struct {
 	// node's on a Cluster or Ring: as a counter it shows an opening even if
 	// the breaker closed again before a metrics scrape.
 	BreakerOpens uint64
-	// FailedSettlements counts the settlements (Settle, Release) that
-	// returned an error from Redis or the engine since New: a timeout, a
-	// lost connection, an open breaker (ErrUnavailable). An invalid cost
-	// or a second settlement (ErrSettled) is not counted.
+	// FailedSettlements counts the settlements (Settle, Release, and a
+	// prefetch's give-back of events it did not use) that returned an
+	// error from Redis or the engine since New: a timeout, a lost
+	// connection, an open breaker (ErrUnavailable). An invalid cost or a
+	// second settlement (ErrSettled) is not counted.
 	FailedSettlements uint64
 	// RetriedReleases counts the failed settlements whose Concurrency
 	// slots the Limiter then freed in the background (a retried release
