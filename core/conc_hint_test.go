@@ -69,6 +69,19 @@ func testConcHoldHint(t *testing.T, w *world) {
 	deny("y's lease about to end", "jobs", 1, 5*ms, 5*ms, 1055*ms)
 	_ = y
 
+	// Allowed, NextAfter is the same hint: a slot taken now is likely free
+	// in 200 ms; beside one 50 ms old, in 150 ms.
+	first := take("next")
+	w.advance(200 * time.Millisecond)
+	release(t, first)
+	if next := take("next").Result().NextAfter; next != 200*time.Millisecond {
+		t.Fatalf("a slot taken with a typical hold of 200 ms: NextAfter %v, want 200ms", next)
+	}
+	w.advance(50 * time.Millisecond)
+	if next := take("next").Result().NextAfter; next != 150*time.Millisecond {
+		t.Fatalf("a slot taken beside one 50 ms old: NextAfter %v, want 150ms", next)
+	}
+
 	// A release after the lease ended records nothing: the slot was not
 	// held that long.
 	c, d := take("late"), take("late")
