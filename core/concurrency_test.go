@@ -57,6 +57,20 @@ func freeSlots(t *testing.T, lim *core.Limiter, key string, l core.Limit) int {
 	return res.Remaining
 }
 
+// noSlots: key holds no slot (a member scored by a lease end), and if it
+// is left at all (for its record of hold times), it expires within the
+// lease.
+func noSlots(t *testing.T, w *world, what, key string, lease time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	if n := w.admin.ZCount(ctx, key, "(0", "+inf").Val(); n != 0 {
+		t.Fatalf("%s: %d slots stored, want none", what, n)
+	}
+	if ttl := w.admin.PTTL(ctx, key).Val(); w.admin.Exists(ctx, key).Val() != 0 && (ttl <= 0 || ttl > lease) {
+		t.Fatalf("%s: the key is left with PTTL %v, want it to expire within the lease %v", what, ttl, lease)
+	}
+}
+
 // release releases r and fails the test on error.
 func release(t *testing.T, r *core.Reservation) {
 	t.Helper()
@@ -186,6 +200,7 @@ var concurrencyCases = []struct {
 	{"LimitChange", testConcLimitChange},
 	{"Reset", testConcReset},
 	{"TwoLeases", testConcTwoLeases},
+	{"HoldHint", testConcHoldHint},
 }
 
 // TestConcurrencySemantics: what a Concurrency limit promises, on every
@@ -360,10 +375,9 @@ func testConcRelease(t *testing.T, w *world) {
 	if got := freeSlots(t, lim, "k", l); got != 3 {
 		t.Fatalf("all released: %d free, want 3", got)
 	}
-	// No slot is held: nothing is left in Redis.
-	if n := w.admin.Exists(ctx, stateKey(w.prefix, "k", l)).Val(); n != 0 {
-		t.Fatal("every slot is free, yet the key exists")
-	}
+	// No slot is held: none is left in Redis (the key keeps its record of
+	// hold times until its last lease would have ended).
+	noSlots(t, w, "every slot is free", stateKey(w.prefix, "k", l), l.Period)
 }
 
 // testConcRefused: Allow, AllowN (a peek included), AllowAll and Wait
@@ -459,9 +473,7 @@ func testConcMixed(t *testing.T, w *world) {
 	if res := concReserve(t, lim, "k", limits, 1).Result(); res.Allowed {
 		t.Fatalf("rate spent, every slot free: %+v, want denied", res)
 	}
-	if n := w.admin.Exists(ctx, stateKey(w.prefix, "k", conc)).Val(); n != 0 {
-		t.Fatal("a Reservation denied by the rate limit wrote the concurrency limit's state")
-	}
+	noSlots(t, w, "a Reservation denied by the rate limit", stateKey(w.prefix, "k", conc), conc.Period)
 	// Once the rate allows again, both are charged.
 	w.advance(time.Hour)
 	check(t, "an hour later", concReserve(t, lim, "k", limits, 2).Result(), true, 0)
@@ -581,9 +593,7 @@ func testConcTTL(t *testing.T, w *world) {
 	release(t, r2)
 	pttl("after releasing the later lease", 0)
 	release(t, r1)
-	if n := w.admin.Exists(ctx, key).Val(); n != 0 {
-		t.Fatal("no slot is held, yet the key exists")
-	}
+	noSlots(t, w, "no slot is held", key, l.Period)
 }
 
 // testConcLimitChange: Rate is not part of the key, so a limit changed at
@@ -981,7 +991,8 @@ func TestConcurrencyDenyCacheRealTime(t *testing.T) {
 
 // TestConcurrencyReleaseWhileStopped: a Release sent while Redis is
 // stopped (SIGSTOP) returns ErrTimeout by its 50 ms timeout; it is sent
-// at most once, so after Redis resumes it frees its own slot and no other
+// at most once (its slot's release may be retried: that frees the same
+// slot), so after Redis resumes it frees its own slot and no other
 // (another Reservation's stays held); a second Release is ErrSettled; the
 // Limiter's goroutines go away. Not parallel: it counts goroutines.
 func TestConcurrencyReleaseWhileStopped(t *testing.T) {
@@ -1044,10 +1055,13 @@ func TestConcurrencyReleaseWhileStopped(t *testing.T) {
 	if statsErr != nil {
 		t.Fatal(statsErr)
 	}
-	if n := stats["zrem"].Calls; n != 1 {
-		t.Fatalf("the settlement ran %v times, want once", n)
+	// The settlement, and the release of its slot the Limiter retries in
+	// the background (it frees the same slot, idempotently).
+	if n := stats["zrem"].Calls; n < 1 || n > 2 {
+		t.Fatalf("the settlement ran %v times, want once, and once more its retried release at most", n)
 	}
-	t.Logf("Release while stopped: %v after %v; its settlement ran once Redis resumed", err, took)
+	t.Logf("Release while stopped: %v after %v; its settlement (and its retried release) ran %v times once Redis resumed; %+v",
+		err, took, stats["zrem"].Calls, lim.Stats())
 	release(t, b)
 	if free := freeSlots(t, peek, "k", l); free != l.Rate {
 		t.Fatalf("b released: %d free, want %d", free, l.Rate)

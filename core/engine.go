@@ -199,16 +199,51 @@ func (probeOnce) NoRetry() bool { return true }
 
 // failed records that a call of the lane failed with err: for its breaker,
 // unless a Cluster refused it at once for its slots' sake (the node
-// answers; its breaker would fail its keys past the refusal), and, for an
-// error that may mean the node is gone or no longer serves its slots, the
-// Cluster's slot map.
+// answers; its breaker would fail its keys past the refusal) or the error
+// is the call's own (requestError: the server answered, which counts as a
+// success), and, for an error that may mean the node is gone or no longer
+// serves its slots, the Cluster's slot map.
 func (ln *lane) failed(err error) {
-	if !unrun(err) {
+	switch {
+	case requestError(err):
+		ln.breaker.success()
+		return
+	case !unrun(err):
 		ln.breaker.failure(time.Now(), err)
 	}
 	if ln.e.reload != nil && topologyError(err) {
 		ln.e.reloadSoon()
 	}
+}
+
+// failingCodes are the error replies that say the server cannot run
+// decisions now, whatever they ask: it loads its data (LOADING), runs a
+// script past its time limit (BUSY), has lost its master (MASTERDOWN) or
+// its replicas (NOREPLICAS), is out of memory (OOM) or cannot save
+// (MISCONF), has no room for another client, or refuses the Limiter's user
+// (NOAUTH, WRONGPASS, NOPERM). They count toward the breaker, as do errors
+// that are not replies (timeouts, refused or broken connections).
+var failingCodes = []string{"LOADING", "BUSY", "MASTERDOWN", "NOREPLICAS", "OOM", "MISCONF",
+	"max number of clients", "NOAUTH", "WRONGPASS", "NOPERM"}
+
+// requestError reports whether err is the server's answer to what one call
+// asked rather than a sign that it is failing: an error reply other than
+// failingCodes and a Cluster's refusals (unrun), such as WRONGTYPE on a key
+// that holds another type, or an error the script raised about its
+// arguments (the calendar windows' check). Such an error is the caller's
+// alone; it must not open the breaker and fail every other key's
+// decisions with it.
+func requestError(err error) bool {
+	var reply redis.Error
+	if err == nil || !errors.As(err, &reply) || unrun(err) {
+		return false
+	}
+	for _, code := range failingCodes {
+		if redis.HasErrorPrefix(err, code) {
+			return false
+		}
+	}
+	return true
 }
 
 // topologyError reports whether err may mean that the slot map is stale: a
@@ -281,7 +316,7 @@ func (ln *lane) saw(err error) {
 
 func (ln *lane) note(err error) {
 	var ne net.Error
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || (errors.As(err, &ne) && ne.Timeout()) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || (errors.As(err, &ne) && ne.Timeout()) || requestError(err) {
 		return
 	}
 	ln.seen.Store(&seenError{err, time.Now()})

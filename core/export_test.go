@@ -9,6 +9,7 @@ import (
 // Settings the tests read.
 const (
 	MaxCount             = maxCount
+	MaxSlots             = maxSlots
 	MinPeriod            = minPeriod
 	DefaultBuckets       = defaultBuckets
 	MaxKeyLen            = maxKeyLen

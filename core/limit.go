@@ -43,13 +43,20 @@ const (
 	// its Reservation is settled or released, or Period after it was taken
 	// if its holder never says (a process that dies leaks nothing for
 	// longer). Only Reserve takes it; Allow, AllowN and AllowAll refuse a
-	// Concurrency limit with an error wrapping ErrInvalidLimit.
+	// Concurrency limit with an error wrapping ErrInvalidLimit. Its Rate is
+	// at most 100 000 slots. A denial's RetryAfter is when a slot is likely
+	// free, from how long the key's slots were held lately, never later
+	// than the lease end that frees one (docs/lifecycle.md).
 	Concurrency Algorithm = "concurrency"
 )
 
 // Bounds of a Limit's fields.
 const (
-	maxCount       = 1_000_000_000    // Rate and Burst
+	maxCount = 1_000_000_000 // Rate and Burst
+	// maxSlots bounds a Concurrency limit's Rate, and so the members of its
+	// sorted set: each slot held is one (about 100 bytes, and 1 to 3 µs of
+	// the server's time to take or free; docs/lifecycle.md).
+	maxSlots       = 100_000
 	minPeriod      = time.Millisecond // Redis key TTLs are whole milliseconds
 	defaultBuckets = 10               // a SlidingWindow's Buckets when 0
 	defaultLease   = time.Minute      // a Concurrency limit's Period when ParseLimit reads none
@@ -171,6 +178,8 @@ func (l Limit) Validate() error {
 		err = fmt.Errorf("prefetch %d must not be negative (0 means none)", l.Prefetch)
 	case l.Prefetch > l.Capacity():
 		err = fmt.Errorf("prefetch %d is above the %d events that can pass at once", l.Prefetch, l.Capacity())
+	case l.Algorithm == Concurrency && l.Rate > maxSlots:
+		err = fmt.Errorf("a concurrency limit holds at most %d slots, not %d", maxSlots, l.Rate)
 	case d.window && l.Burst != 0 && l.Burst != l.Rate:
 		err = fmt.Errorf("%s allows rate events per window; burst %d must be 0 or equal to rate %d",
 			l.algorithm(), l.Burst, l.Rate)

@@ -208,6 +208,7 @@ func TestValidate(t *testing.T) {
 		{core.Limit{Algorithm: "leaky", Rate: 1, Period: time.Second}, `unknown algorithm "leaky"`},
 		{core.Limit{Algorithm: core.FixedWindow, Rate: 5, Period: time.Second, Burst: 10}, "must be 0 or equal to rate"},
 		{core.Limit{Rate: 1, Period: 1000 * 24 * time.Hour, Burst: core.MaxCount}, "too large"},
+		{core.Limit{Algorithm: core.Concurrency, Rate: core.MaxSlots + 1, Period: time.Minute}, "at most 100000 slots"},
 	}
 	for _, tt := range invalid {
 		err := tt.l.Validate()

@@ -43,6 +43,7 @@ type Limiter struct {
 	leases   sync.Map    // prefetched allowance: a decision's cache id -> *lease (prefetch.go)
 	sweeping atomic.Bool // a goroutine sweeps leases
 	peers    peers       // how many instances share the keys, for FailLocal (peers.go)
+	releaser releaser    // frees the slots of failed settlements (release.go)
 	// fixedPrefetch makes every fetch ask for Prefetch events rather than
 	// adapt; only tests and benchmarks that compare the two set it.
 	fixedPrefetch bool
@@ -120,8 +121,12 @@ func WithDenyCacheMaxAge(d time.Duration) Option {
 // probes Redis itself (a script call of its own every 250 ms, in the
 // background: no decision waits on it) until it answers. On a Cluster or
 // Ring each node has a breaker of its own, so a failing node fails only
-// the decisions on its keys. The default is 500 ms; 0 (or less) turns the
-// breaker off.
+// the decisions on its keys. Failing means no answer (a timeout, a
+// connection error) or a reply that says the server cannot serve now
+// (LOADING, BUSY, OOM and the like; docs/engine.md lists them); an error
+// reply about the decision itself, such as WRONGTYPE on its key, is that
+// decision's alone and counts as an answer. The default is 500 ms; 0 (or
+// less) turns the breaker off.
 func WithBreaker(after time.Duration) Option {
 	return func(l *Limiter) { l.breakerAfter = max(0, after) }
 }
@@ -208,7 +213,8 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
 	return l.reset(ctx, "", key, limit)
 }
 
-// Stats are a Limiter's counters, for metrics.
+// Stats are a Limiter's counters, for metrics. Every counter starts at 0
+// when New returns and only grows.
 type Stats struct {
 	// BreakerOpen is true while a breaker is open: Redis (on a Cluster or
 	// Ring, one of its nodes) kept failing, and decisions on its keys fail
@@ -219,6 +225,20 @@ type Stats struct {
 	// node's on a Cluster or Ring: as a counter it shows an opening even if
 	// the breaker closed again before a metrics scrape.
 	BreakerOpens uint64
+	// FailedSettlements counts the settlements (Settle, Release, and a
+	// prefetch's give-back of events it did not use) that returned an
+	// error from Redis or the engine since New: a timeout, a lost
+	// connection, an open breaker (ErrUnavailable). An invalid cost or a
+	// second settlement (ErrSettled) is not counted.
+	FailedSettlements uint64
+	// RetriedReleases counts the failed settlements whose Concurrency
+	// slots the Limiter then freed in the background (a retried release
+	// that Redis answered).
+	RetriedReleases uint64
+	// AbandonedReleases counts the failed settlements whose slots the
+	// Limiter stopped trying to free: their lease ended first (it frees
+	// them), the key held another type, or too many waited to be retried.
+	AbandonedReleases uint64
 }
 
 // Stats returns the Limiter's counters. It is cheap and safe for
@@ -226,7 +246,8 @@ type Stats struct {
 func (l *Limiter) Stats() Stats {
 	l.engine.forgetting.Lock()
 	defer l.engine.forgetting.Unlock()
-	s := Stats{BreakerOpens: l.engine.goneOpens.Load()}
+	s := Stats{BreakerOpens: l.engine.goneOpens.Load(), FailedSettlements: l.releaser.failed.Load(),
+		RetriedReleases: l.releaser.retried.Load(), AbandonedReleases: l.releaser.abandoned.Load()}
 	l.engine.eachLane(func(ln *lane) {
 		open := ln.breaker.open.Load()
 		s.BreakerOpen = s.BreakerOpen || open

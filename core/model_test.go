@@ -610,8 +610,8 @@ type model struct {
 	// after it do not count for that admission. foldBefore keeps the
 	// entries a live lease may still need apart from the folded state.
 	lease, foldBefore int64
-	buckets map[int64]int64 // sliding window: net events per sub-bucket
-	size, k int64           // sliding window
+	buckets           map[int64]int64 // sliding window: net events per sub-bucket
+	size, k           int64           // sliding window
 }
 
 func newModel(l core.Limit, prefix string, start int64) *model {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
+	"time"
 )
 
 // Reserve is AllowAll with a receipt: it admits n events for key under
@@ -77,6 +78,14 @@ func newReservation(l *Limiter, d *decision, at int64, results []Result) *Reserv
 // factsWidth is how many facts a Reservation keeps of each limit.
 const factsWidth = 4
 
+// appendLimit appends to c, a settlement of r, the arguments of its i-th
+// limit (lua/settle.lua): delta, what the decision said of it, and its
+// algorithm's own.
+func (r *Reservation) appendLimit(c *call, i, delta int, now time.Time) {
+	f := r.facts[factsWidth*i:]
+	c.args = r.infos[i].appendArgs(append(c.args, delta, f[0], f[1], f[2], f[3]), now)
+}
+
 // Result returns the decision the Reservation was made with: Allowed, and
 // the binding limit's Remaining, RetryAfter and ResetAfter, as AllowAll
 // reports them.
@@ -92,9 +101,13 @@ func (r *Reservation) Result() Result { return r.res }
 //
 // It is one round trip, sent at most once: an error (a timeout, a lost
 // reply) may or may not have settled, and the Reservation counts as
-// settled either way; its slots then end with their lease. An error
-// wrapping ErrUnavailable (the breaker is open) was not sent: the
-// Reservation is not settled, and may be settled again. None is made
+// settled either way. An error wrapping ErrUnavailable (the breaker is
+// open) was not sent: the Reservation is not settled, and may be settled
+// again. After either, the Limiter frees the Reservation's Concurrency
+// slots in the background, retrying until Redis answers or their lease
+// ends (freeing slots twice frees nothing more); a refund or a charge is
+// never sent again but by a caller's new Settle after ErrUnavailable.
+// Stats counts failed settlements and retried releases. None is made
 // when there is nothing to settle (cost n, no slots). A second Settle or
 // Release returns an error wrapping ErrSettled; on a denied Reservation
 // they do nothing and return nil. A negative cost, or one above 1e9, is an
@@ -117,9 +130,8 @@ func (r *Reservation) Settle(ctx context.Context, cost int) error {
 	l := r.l
 	now := l.now()
 	c := l.newLimitsCall(scriptOf(r.infos, true), r.keys, now, r.id).append(r.at, r.n)
-	for i, info := range r.infos {
-		f := r.facts[factsWidth*i:]
-		c.args = info.appendArgs(append(c.args, delta, f[0], f[1], f[2], f[3]), now)
+	for i := range r.infos {
+		r.appendLimit(c, i, delta, now)
 	}
 	_, err := l.run(ctx, c)
 	if errors.Is(err, ErrUnavailable) { // not sent: it may be tried again
@@ -131,6 +143,7 @@ func (r *Reservation) Settle(ctx context.Context, cost int) error {
 		}
 	}
 	if err != nil {
+		l.settleFailed(r, err) // frees its slots in the background (release.go)
 		return fmt.Errorf("redlimit: settling reservation %s of %d at %d: %w", r.id, r.n, cost, err)
 	}
 	return nil

@@ -54,10 +54,11 @@ import (
 type limitInfo struct {
 	d        *descriptor
 	capacity int
-	period   string    // the period as keys write it: "1m", "10s", "24h"; "1d", "1w", "1month" on the calendar
-	state    string    // ":<variant>:<period>", which follows the key's hash tag
-	args     []any     // the algorithm's name and ARGV, boxed
-	calendar *calendar // the boundaries a calendar window sends after args; nil for others
+	period   string        // the period as keys write it: "1m", "10s", "24h"; "1d", "1w", "1month" on the calendar
+	state    string        // ":<variant>:<period>", which follows the key's hash tag
+	args     []any         // the algorithm's name and ARGV, boxed
+	calendar *calendar     // the boundaries a calendar window sends after args; nil for others
+	lease    time.Duration // how long a slot of a limit that holds slots (Concurrency) lasts; 0 for others
 }
 
 // appendArgs appends to args the limit's algorithm name and ARGV, with a
@@ -200,6 +201,9 @@ func (c *limitCache) get(l Limit) (*limitInfo, error) {
 		}
 	}
 	info.args[0] = d.name
+	if d.holds {
+		info.lease = l.Period
+	}
 	for i := range n {
 		info.args[1+i] = argv[i]
 	}

@@ -60,6 +60,18 @@ const (
 	// the Limiter was created, by limiter: an opening shows even if the
 	// breaker closed again before the collection.
 	BreakerOpensName = "redlimit.breaker.opens"
+	// SettlementsFailedName counts a Limiter's reservation settlements
+	// (Settle, Release, the middleware's) that failed since the Limiter
+	// was created, by limiter (core.Stats.FailedSettlements).
+	SettlementsFailedName = "redlimit.settlements.failed"
+	// ReleasesRetriedName counts the failed settlements whose Concurrency
+	// slots the Limiter then freed in the background, by limiter
+	// (core.Stats.RetriedReleases).
+	ReleasesRetriedName = "redlimit.releases.retried"
+	// ReleasesAbandonedName counts the failed settlements whose slots the
+	// Limiter stopped trying to free (their lease ended first, which frees
+	// them), by limiter (core.Stats.AbandonedReleases).
+	ReleasesAbandonedName = "redlimit.releases.abandoned"
 )
 
 // The attribute keys.
@@ -105,6 +117,9 @@ type Metrics struct {
 	duration     metric.Float64Histogram
 	breakerOpen  metric.Int64ObservableGauge
 	breakerOpens metric.Int64ObservableCounter
+	failed       metric.Int64ObservableCounter // SettlementsFailedName
+	retried      metric.Int64ObservableCounter // ReleasesRetriedName
+	abandoned    metric.Int64ObservableCounter // ReleasesAbandonedName
 
 	// policies caches each policy's attribute sets, as measurement
 	// options, so that a decision builds none: name -> *policyAttrs.
@@ -171,7 +186,22 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("otellimit: %w", err)
 	}
-	if _, err = meter.RegisterCallback(m.observeBreakers, m.breakerOpen, m.breakerOpens); err != nil {
+	m.failed, err = meter.Int64ObservableCounter(SettlementsFailedName, metric.WithUnit("{settlement}"),
+		metric.WithDescription("Reservation settlements of the Limiter that failed (a timeout, a lost connection, an open breaker)."))
+	if err != nil {
+		return nil, fmt.Errorf("otellimit: %w", err)
+	}
+	m.retried, err = meter.Int64ObservableCounter(ReleasesRetriedName, metric.WithUnit("{release}"),
+		metric.WithDescription("Failed settlements whose Concurrency slots the Limiter then freed in the background."))
+	if err != nil {
+		return nil, fmt.Errorf("otellimit: %w", err)
+	}
+	m.abandoned, err = meter.Int64ObservableCounter(ReleasesAbandonedName, metric.WithUnit("{release}"),
+		metric.WithDescription("Failed settlements whose Concurrency slots the Limiter stopped trying to free (their lease frees them)."))
+	if err != nil {
+		return nil, fmt.Errorf("otellimit: %w", err)
+	}
+	if _, err = meter.RegisterCallback(m.observeBreakers, m.breakerOpen, m.breakerOpens, m.failed, m.retried, m.abandoned); err != nil {
 		return nil, fmt.Errorf("otellimit: %w", err)
 	}
 	m.observe = m.Observe
@@ -248,7 +278,8 @@ func (m *Metrics) WatchLimiter(lim *core.Limiter, name string) error {
 	return nil
 }
 
-// observeBreakers is the callback of the breaker gauge and counter.
+// observeBreakers is the callback of the observable instruments: the
+// breaker gauge and counter, and the settlement counters.
 func (m *Metrics) observeBreakers(_ context.Context, o metric.Observer) error {
 	m.mu.Lock()
 	limiters := slices.Clone(m.limiters)
@@ -261,6 +292,9 @@ func (m *Metrics) observeBreakers(_ context.Context, o metric.Observer) error {
 		}
 		o.ObserveInt64(m.breakerOpen, v, w.opts...)
 		o.ObserveInt64(m.breakerOpens, int64(stats.BreakerOpens), w.opts...)
+		o.ObserveInt64(m.failed, int64(stats.FailedSettlements), w.opts...)
+		o.ObserveInt64(m.retried, int64(stats.RetriedReleases), w.opts...)
+		o.ObserveInt64(m.abandoned, int64(stats.AbandonedReleases), w.opts...)
 	}
 	return nil
 }

@@ -40,8 +40,9 @@ func limiter(t *testing.T, opts ...core.Option) (*core.Limiter, *miniredis.Minir
 type collected struct {
 	decisions map[[2]string]int64 // {policy, outcome} -> count
 	durations map[string]metricdata.HistogramDataPoint[float64]
-	breakers  map[string]int64 // limiter -> 0 or 1
-	opens     map[string]int64 // limiter -> openings
+	breakers  map[string]int64            // limiter -> 0 or 1
+	opens     map[string]int64            // limiter -> openings
+	settled   map[string]map[string]int64 // instrument -> limiter -> count: the settlement counters
 	units     map[string]string
 }
 
@@ -53,7 +54,7 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) collected {
 		t.Fatal(err)
 	}
 	c := collected{decisions: map[[2]string]int64{}, durations: map[string]metricdata.HistogramDataPoint[float64]{},
-		breakers: map[string]int64{}, opens: map[string]int64{}, units: map[string]string{}}
+		breakers: map[string]int64{}, opens: map[string]int64{}, settled: map[string]map[string]int64{}, units: map[string]string{}}
 	str := func(set attribute.Set, k attribute.Key) string {
 		v, _ := set.Value(k)
 		return v.AsString()
@@ -77,6 +78,11 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) collected {
 				case otellimit.BreakerOpensName:
 					for _, dp := range data.DataPoints {
 						c.opens[str(dp.Attributes, otellimit.LimiterKey)] = dp.Value
+					}
+				case otellimit.SettlementsFailedName, otellimit.ReleasesRetriedName, otellimit.ReleasesAbandonedName:
+					c.settled[m.Name] = map[string]int64{}
+					for _, dp := range data.DataPoints {
+						c.settled[m.Name][str(dp.Attributes, otellimit.LimiterKey)] = dp.Value
 					}
 				default:
 					t.Errorf("unexpected sum %s", m.Name)
@@ -328,5 +334,57 @@ func TestBuckets(t *testing.T) {
 	dp := collect(t, reader).durations["p"]
 	if !slices.Equal(dp.Bounds, []float64{0.001, 0.01}) || !slices.Equal(dp.BucketCounts, []uint64{0, 1, 0}) {
 		t.Errorf("bounds %v, counts %v; want [0.001 0.01], [0 1 0]", dp.Bounds, dp.BucketCounts)
+	}
+}
+
+// TestSettlementCounters: a Release that fails while Redis is away counts
+// as a failed settlement; once Redis is back, the Limiter frees the slot
+// in the background and the retried releases counter shows it; none is
+// abandoned. A watched Limiter reports the three counters from 0, with
+// their units.
+func TestSettlementCounters(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(t.Context()) })
+	metrics, err := otellimit.New(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, m := limiter(t, core.WithTimeout(time.Second))
+	if err := metrics.WatchLimiter(lim, "jobs"); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{otellimit.SettlementsFailedName, otellimit.ReleasesRetriedName, otellimit.ReleasesAbandonedName}
+	c := collect(t, reader)
+	for _, name := range names {
+		if v, ok := c.settled[name]["jobs"]; !ok || v != 0 {
+			t.Errorf("%s{jobs} = %v (reported: %v), want 0", name, v, ok)
+		}
+	}
+	if c.units[otellimit.SettlementsFailedName] != "{settlement}" || c.units[otellimit.ReleasesRetriedName] != "{release}" {
+		t.Errorf("units %v", c.units)
+	}
+
+	ctx := t.Context()
+	r, err := lim.Reserve(ctx, "k", []core.Limit{{Algorithm: core.Concurrency, Rate: 1, Period: time.Minute}}, 1)
+	if err != nil || !r.Result().Allowed {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	m.Close()
+	if err := r.Release(ctx); err == nil {
+		t.Fatal("a Release with Redis closed succeeded")
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for c = collect(t, reader); c.settled[otellimit.ReleasesRetriedName]["jobs"] == 0 && time.Now().Before(deadline); c = collect(t, reader) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i, want := range []int64{1, 1, 0} {
+		if got := c.settled[names[i]]["jobs"]; got != want {
+			t.Errorf("%s{jobs} = %d, want %d", names[i], got, want)
+		}
 	}
 }

@@ -48,6 +48,18 @@ const (
 	// the Limiter was created, by limiter: an opening shows even if the
 	// breaker closed again before the scrape.
 	BreakerOpensName = "redlimit_breaker_opens_total"
+	// SettlementsFailedName counts a Limiter's reservation settlements
+	// (Settle, Release, the middleware's) that failed since the Limiter
+	// was created, by limiter (core.Stats.FailedSettlements).
+	SettlementsFailedName = "redlimit_settlements_failed_total"
+	// ReleasesRetriedName counts the failed settlements whose Concurrency
+	// slots the Limiter then freed in the background, by limiter
+	// (core.Stats.RetriedReleases).
+	ReleasesRetriedName = "redlimit_releases_retried_total"
+	// ReleasesAbandonedName counts the failed settlements whose slots the
+	// Limiter stopped trying to free (their lease ended first, which frees
+	// them), by limiter (core.Stats.AbandonedReleases).
+	ReleasesAbandonedName = "redlimit_releases_abandoned_total"
 )
 
 // The label names.
@@ -152,6 +164,15 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			opens: prometheus.NewDesc(BreakerOpensName,
 				"Times the Limiter's circuit breaker opened since the Limiter was created.",
 				[]string{LimiterLabel}, c.constLabels),
+			failed: prometheus.NewDesc(SettlementsFailedName,
+				"Reservation settlements of the Limiter that failed (a timeout, a lost connection, an open breaker).",
+				[]string{LimiterLabel}, c.constLabels),
+			retried: prometheus.NewDesc(ReleasesRetriedName,
+				"Failed settlements whose Concurrency slots the Limiter then freed in the background.",
+				[]string{LimiterLabel}, c.constLabels),
+			abandoned: prometheus.NewDesc(ReleasesAbandonedName,
+				"Failed settlements whose Concurrency slots the Limiter stopped trying to free (their lease frees them).",
+				[]string{LimiterLabel}, c.constLabels),
 		},
 	}
 	m.observe = m.Observe
@@ -232,8 +253,11 @@ var _ prometheus.Collector = (*Metrics)(nil)
 // breakerCollector reads the breakers of the watched Limiters at scrape
 // time.
 type breakerCollector struct {
-	open  *prometheus.Desc // BreakerName
-	opens *prometheus.Desc // BreakerOpensName
+	open      *prometheus.Desc // BreakerName
+	opens     *prometheus.Desc // BreakerOpensName
+	failed    *prometheus.Desc // SettlementsFailedName
+	retried   *prometheus.Desc // ReleasesRetriedName
+	abandoned *prometheus.Desc // ReleasesAbandonedName
 
 	mu       sync.Mutex
 	limiters []watched
@@ -265,6 +289,9 @@ func (b *breakerCollector) watch(lim *core.Limiter, name string) error {
 func (b *breakerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- b.open
 	ch <- b.opens
+	ch <- b.failed
+	ch <- b.retried
+	ch <- b.abandoned
 }
 
 func (b *breakerCollector) Collect(ch chan<- prometheus.Metric) {
@@ -279,5 +306,8 @@ func (b *breakerCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(b.open, prometheus.GaugeValue, v, w.name)
 		ch <- prometheus.MustNewConstMetric(b.opens, prometheus.CounterValue, float64(stats.BreakerOpens), w.name)
+		ch <- prometheus.MustNewConstMetric(b.failed, prometheus.CounterValue, float64(stats.FailedSettlements), w.name)
+		ch <- prometheus.MustNewConstMetric(b.retried, prometheus.CounterValue, float64(stats.RetriedReleases), w.name)
+		ch <- prometheus.MustNewConstMetric(b.abandoned, prometheus.CounterValue, float64(stats.AbandonedReleases), w.name)
 	}
 }

@@ -366,3 +366,51 @@ func TestDefaultBuckets(t *testing.T) {
 		t.Fatal("DefaultBuckets shares its slice")
 	}
 }
+
+// TestSettlementCounters: a Release that fails while Redis is away counts
+// as a failed settlement; once Redis is back, the Limiter frees the slot
+// in the background and the retried releases counter shows it; none is
+// abandoned. Every watched Limiter exports the three counters from 0.
+func TestSettlementCounters(t *testing.T) {
+	t.Parallel()
+	lim, m := limiter(t, core.WithTimeout(time.Second))
+	reg := prometheus.NewRegistry()
+	metrics, err := promlimit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := metrics.WatchLimiter(lim, "jobs"); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	failed := `redlimit_settlements_failed_total{limiter="jobs"}`
+	retried := `redlimit_releases_retried_total{limiter="jobs"}`
+	abandoned := `redlimit_releases_abandoned_total{limiter="jobs"}`
+	got := scrape(t, srv.URL)
+	for _, name := range []string{failed, retried, abandoned} {
+		if v, ok := got[name]; !ok || v != 0 {
+			t.Errorf("%s = %v (exported: %v), want 0", name, v, ok)
+		}
+	}
+
+	ctx := t.Context()
+	r, err := lim.Reserve(ctx, "k", []core.Limit{{Algorithm: core.Concurrency, Rate: 1, Period: time.Minute}}, 1)
+	if err != nil || !r.Result().Allowed {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	m.Close()
+	if err := r.Release(ctx); err == nil {
+		t.Fatal("a Release with Redis closed succeeded")
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for got = scrape(t, srv.URL); got[retried] == 0 && time.Now().Before(deadline); got = scrape(t, srv.URL) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got[failed] != 1 || got[retried] != 1 || got[abandoned] != 0 {
+		t.Fatalf("%s = %v, %s = %v, %s = %v; want 1, 1, 0", failed, got[failed], retried, got[retried], abandoned, got[abandoned])
+	}
+}
