@@ -580,6 +580,7 @@ type mentry struct {
 	forced bool
 	open   bool
 	win    int64 // fixed window: its window's start
+	seq    int64 // a charge: the operation that made it
 	end    int64 // concurrency: when its slots are freed
 }
 
@@ -606,12 +607,13 @@ type model struct {
 	// A Limiter's prefetched events were counted when it fetched them: a
 	// charge (a debt) made after that fetch binds what comes after them,
 	// not them (docs/lifecycle.md#prefetch). lease, when above 0, is the
-	// fetch an admission answered in process came from: charges logged
-	// after it do not count for that admission. foldBefore keeps the
-	// entries a live lease may still need apart from the folded state.
-	lease, foldBefore int64
-	buckets           map[int64]int64 // sliding window: net events per sub-bucket
-	size, k           int64           // sliding window
+	// operation (seq) of the fetch an admission answered in process came
+	// from: charges made after it do not count for that admission.
+	// foldBefore keeps the entries a live lease may still need apart from
+	// the folded state.
+	lease, foldBefore, seq int64
+	buckets                map[int64]int64 // sliding window: net events per sub-bucket
+	size, k                int64           // sliding window
 }
 
 func newModel(l core.Limit, prefix string, start int64) *model {
@@ -697,7 +699,7 @@ func (m *model) state(at int64) meterState {
 	}
 	s := m.base
 	for _, e := range m.entries {
-		if e.forced && m.lease > 0 && e.at > m.lease {
+		if e.forced && m.lease > 0 && e.seq > m.lease {
 			continue
 		}
 		s = m.apply(s, e)
@@ -764,7 +766,7 @@ func (m *model) admit(before, after, c int64, open bool) (*mentry, string) {
 		e.win = w
 		net := m.net[w]
 		for _, x := range m.charges {
-			if x.win == w && m.lease > 0 && x.at > m.lease {
+			if x.win == w && m.lease > 0 && x.seq > m.lease {
 				net -= x.n
 			}
 		}
@@ -860,12 +862,12 @@ func (m *model) settle(e *mentry, n, cost, at int64) {
 					kept = append(kept, x)
 				}
 			}
-			m.charges = append(kept, mentry{at: at, n: extra, win: m.lastWin})
+			m.charges = append(kept, mentry{at: at, n: extra, win: m.lastWin, seq: m.seq})
 		}
 	case kindSlidingWindow:
 		m.buckets[floorDiv(at, m.size)] += extra
 	default:
-		m.entries = append(m.entries, &mentry{at: at, n: extra, forced: true})
+		m.entries = append(m.entries, &mentry{at: at, n: extra, forced: true, seq: m.seq})
 	}
 }
 
@@ -937,6 +939,7 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time) (res modelRe
 	pf.Prefetch = mc.prefetch
 	var open []*outstanding
 	lastFetch := make([]int64, len(env.lims)) // per Limiter, its last fetch (µs), 0 none
+	fetchSeq := make([]int64, len(env.lims))  // and the operation that made it
 	now := func() int64 {
 		if env.fake != nil {
 			return env.fake.Now().UnixMicro()
@@ -967,6 +970,7 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time) (res modelRe
 			if err := m.observe(ctx, env.admin); err != nil {
 				return err
 			}
+			m.seq = int64(i) + 1
 			m.settle(o.entries[k], int64(o.n), int64(cost), before)
 		}
 		switch {
@@ -1081,9 +1085,9 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time) (res modelRe
 		lease := int64(0)
 		switch {
 		case fromLease:
-			lease = lastFetch[op.lim]
+			lease = fetchSeq[op.lim]
 		case op.kind == opAllowPrefetch || op.kind == opAllowAll && limits[0].Prefetch > 0:
-			lastFetch[op.lim] = before
+			lastFetch[op.lim], fetchSeq[op.lim] = before, int64(i)+1
 		}
 		fold := int64(math.MaxInt64) // entries before every fetch whose lease may still answer fold
 		for _, f := range lastFetch {
