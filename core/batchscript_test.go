@@ -82,7 +82,7 @@ func TestBatchScript(t *testing.T) {
 			lim := core.New(rdb, core.WithPrefix(prefix), core.WithPipelines(1), patient)
 			gcra, window := core.PerHour(10), core.Limit{Rate: 5, Period: time.Minute, Algorithm: core.FixedWindow}
 
-			// The key "bad" holds a list where the GCRA key's hash goes.
+			// The key "bad" holds a list where the GCRA key's string goes.
 			if _, err := lim.Allow(ctx, "bad", gcra); err != nil {
 				t.Fatal(err)
 			}

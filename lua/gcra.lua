@@ -1,7 +1,7 @@
 -- GCRA, the generic cell rate algorithm: one theoretical arrival time per
 -- key.
 --
--- KEYS    hash {t, q, f, b, a, p}. The theoretical arrival time (TAT) of
+-- KEYS    string "t:q:f:b:a[ p]". The theoretical arrival time (TAT) of
 --         the next event at the sustained rate is t + q/drip µs (0 <= q <
 --         drip): events unit/drip µs apart are spaced exactly, however
 --         close. A TAT at or before now is the same as no key. f, above 0,
@@ -9,8 +9,8 @@
 --         below it, so the events a Limiter holds stay counted while it
 --         may admit them; a prefetch leaves the TAT at least
 --         prefetch_lease plus its held events' time ahead (within the
---         burst). b, a, p: see meter.lua. A string "T" or "T:F" (whole µs,
---         from earlier versions) reads as t and f.
+--         burst). b, a, p: see meter.lua. "T" or "T:F" (whole µs, from
+--         earlier versions) read as t and f.
 -- ARGV    unit, drip: one event is unit, one µs drains drip (period and
 --         rate divided by their greatest common divisor); burst
 -- Reply   allowed, remaining, retry_after, reset_after, 0, next, mark
@@ -22,15 +22,12 @@
 -- gcra_state returns key's backlog at now in units (0 when there is none)
 -- and its f, b, a and p.
 local function gcra_state(key, drip)
-  local s = redis.pcall('HMGET', key, 't', 'q', 'f', 'b', 'a', 'p')
-  if s.err then -- an earlier version's string
-    local raw = redis.call('GET', key)
-    s = {string.match(raw, '^(%d+)')}
-    s[3] = string.match(raw, ':(%d+)$')
-  end
-  if not s[1] then return 0, 0, now, 0, '' end
-  local backlog = (tonumber(s[1]) - now) * drip + (tonumber(s[2]) or 0)
-  return math.max(0, backlog), tonumber(s[3]) or 0, tonumber(s[4]) or 0, tonumber(s[5]) or 0, s[6] or ''
+  local raw = redis.call('GET', key)
+  if not raw then return 0, 0, now, 0, '' end
+  local t, q, f, b, a, p = string.match(raw, '^(%d+):(%d+):(%d+):(%d+):(%d+) ?(.*)$')
+  if not t then t, f = string.match(raw, '^(%d+):?(%d*)$') end -- an earlier version's
+  local backlog = (tonumber(t) - now) * drip + (tonumber(q) or 0)
+  return math.max(0, backlog), tonumber(f) or 0, tonumber(b) or 0, tonumber(a) or 0, p or ''
 end
 
 -- gcra_store stores a backlog of `units` at now and the rest; the key
@@ -38,11 +35,11 @@ end
 -- passed.
 local function gcra_store(key, drip, units, f, b, a, p)
   local last = math.max(math.ceil(units / drip), f - now)
-  if redis.call('TYPE', key).ok == 'string' or last <= 0 then redis.call('DEL', key) end
-  if last <= 0 then return end
+  if last <= 0 then redis.call('DEL', key) return end
   if f <= now then f = 0 end
-  redis.call('HSET', key, 't', now + math.floor(units / drip), 'q', units % drip, 'f', f, 'b', b, 'a', a, 'p', p)
-  redis.call('PEXPIRE', key, math.max(1, math.ceil(last / 1000)))
+  local value = string.format('%d:%d:%d:%d:%d', now + math.floor(units / drip), units % drip, f, b, a)
+  if p ~= '' then value = value .. ' ' .. p end
+  redis.call('SET', key, value, 'PX', math.max(1, math.ceil(last / 1000)))
 end
 
 algorithms.gcra = {args = 3, decide = function(key, cost, at, commit)
