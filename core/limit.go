@@ -125,6 +125,13 @@ type Limit struct {
 	// limits it applies only when every limit sets it, and Reserve ignores
 	// it. It is not part of the state's key.
 	Prefetch int
+	// Unit is what the limit counts: "" (the default) counts requests,
+	// any other word (lowercase letters, digits, '_' or '-', at most 32
+	// bytes) names another unit, such as "tokens". A limit's unit is part
+	// of its state's identity, so limits of different units on one key may
+	// share algorithm and period ("60/m, 100000/m unit=tokens"). ReserveEach
+	// charges each limit in its own unit.
+	Unit string
 }
 
 // PerSecond returns a GCRA limit of rate events per second, bursts up to rate.
@@ -178,6 +185,8 @@ func (l Limit) Validate() error {
 		err = fmt.Errorf("prefetch %d must not be negative (0 means none)", l.Prefetch)
 	case l.Prefetch > l.Capacity():
 		err = fmt.Errorf("prefetch %d is above the %d events that can pass at once", l.Prefetch, l.Capacity())
+	case !validUnit(l.Unit):
+		err = fmt.Errorf("unit %q must be lowercase letters, digits, '_' or '-', at most %d bytes", l.Unit, maxUnitLen)
 	case l.Algorithm == Concurrency && l.Rate > maxSlots:
 		err = fmt.Errorf("a concurrency limit holds at most %d slots, not %d", maxSlots, l.Rate)
 	case d.window && l.Burst != 0 && l.Burst != l.Rate:
@@ -258,7 +267,28 @@ func (l Limit) String() string {
 		b.WriteString(" prefetch=")
 		b.WriteString(strconv.Itoa(l.Prefetch))
 	}
+	if l.Unit != "" {
+		b.WriteString(" unit=")
+		b.WriteString(l.Unit)
+	}
 	return b.String()
+}
+
+// maxUnitLen bounds a Unit's name, which every key of the limit carries.
+const maxUnitLen = 32
+
+// validUnit reports whether u can name a Limit's unit: "" or a word of
+// lowercase letters, digits, '_' and '-'.
+func validUnit(u string) bool {
+	if len(u) > maxUnitLen {
+		return false
+	}
+	for i := 0; i < len(u); i++ {
+		if c := u[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // periodUnit is a period unit of the grammar.
@@ -300,8 +330,8 @@ func formatPeriod(d time.Duration, units []periodUnit) string {
 
 // ParseLimit reads a limit written as
 //
-//	RATE/PERIOD [ALGORITHM] [burst=N] [buckets=N] [stepped] [shape] [max_delay=DURATION] [calendar[=ZONE]] [prefetch=N]
-//	RATE concurrent [lease=DURATION]
+//	RATE/PERIOD [ALGORITHM] [burst=N] [buckets=N] [stepped] [shape] [max_delay=DURATION] [calendar[=ZONE]] [prefetch=N] [unit=NAME]
+//	RATE concurrent [lease=DURATION] [unit=NAME]
 //
 // RATE is a positive decimal integer. PERIOD is a duration in Go's syntax
 // (time.ParseDuration: "10s", "500ms", "1m30s", "2h"), or a whole number of
@@ -320,7 +350,8 @@ func formatPeriod(d time.Duration, units []periodUnit) string {
 // Examples: "100/m", "5/10s", "5000/d", "20/s token_bucket burst=40",
 // "100/m sliding_window buckets=6", "2/s leaky_bucket burst=10 shape max_delay=3s",
 // "1000/d calendar=Europe/Berlin", "100000/month fixed_window calendar",
-// "10 concurrent", "3 concurrent lease=30s", "50000/s prefetch=100".
+// "10 concurrent", "3 concurrent lease=30s", "50000/s prefetch=100",
+// "100000/m unit=tokens".
 //
 // The result is validated: errors wrap ErrInvalidLimit and name the part of
 // s that is wrong.
@@ -378,6 +409,10 @@ func ParseLimit(s string) (Limit, error) {
 			l.MaxDelay, err = parsePeriod(value)
 		case name == "prefetch" && hasValue:
 			l.Prefetch, err = parseCount(value)
+		case name == "unit" && hasValue:
+			if l.Unit = value; value == "" || !validUnit(value) {
+				err = fmt.Errorf("%q must be a word of lowercase letters, digits, '_' or '-'", value)
+			}
 		case name == "lease" && hasValue && l.Algorithm == Concurrency:
 			l.Period, err = parsePeriod(value)
 		case name == "calendar" && !hasValue:
@@ -389,7 +424,7 @@ func ParseLimit(s string) (Limit, error) {
 		case f == "shape":
 			l.Shape = true
 		default:
-			return bad("unknown option %q (want an algorithm: %s; or burst=N, buckets=N, stepped, shape, max_delay=DURATION, calendar[=ZONE], prefetch=N; a concurrency limit takes lease=DURATION)", f, algorithmNames())
+			return bad("unknown option %q (want an algorithm: %s; or burst=N, buckets=N, stepped, shape, max_delay=DURATION, calendar[=ZONE], prefetch=N, unit=NAME; a concurrency limit takes lease=DURATION)", f, algorithmNames())
 		}
 		if err != nil {
 			return bad("%s %v", name, err)
@@ -465,7 +500,7 @@ const maxPeriod = time.Duration(1<<63 - 1)
 // ParseLimits reads several limits for one key, separated by commas, each
 // in ParseLimit's grammar: "10/s, 1000/h", "20/s token_bucket burst=40,
 // 5000/d fixed_window". It accepts what AllowAll does: 1 to 16 limits, no
-// two of which would share state (the same algorithm and period). Errors
+// two of which would share state (the same algorithm, period and unit). Errors
 // wrap ErrInvalidLimit and name the limit that is wrong.
 func ParseLimits(s string) ([]Limit, error) {
 	parts := strings.Split(s, ",")

@@ -240,3 +240,44 @@ func TestDayKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestUnit: a limit's unit is part of its state's identity (two limits of
+// one algorithm and period may count requests and tokens on one key), it
+// round-trips through ParseLimit, and a bad name is refused.
+func TestUnit(t *testing.T) {
+	t.Parallel()
+	limits, err := core.ParseLimits("60/m, 100000/m unit=tokens, 5 concurrent unit=jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := limits[1].Unit, "tokens"; got != want {
+		t.Fatalf("unit %q, want %q", got, want)
+	}
+	for _, l := range limits {
+		back, err := core.ParseLimit(l.String())
+		if err != nil || back != l {
+			t.Errorf("%q: ParseLimit(String()) = %+v, %v; want %+v", l.String(), back, err, l)
+		}
+	}
+	if _, err := core.ParseLimits("60/m unit=tokens, 70/m unit=tokens"); !errors.Is(err, core.ErrInvalidLimit) {
+		t.Errorf("two limits of one unit, algorithm and period: %v, want ErrInvalidLimit", err)
+	}
+	for _, bad := range []string{"1/s unit=", "1/s unit=Tokens", "1/s unit=a:b", "1/s unit=" + strings.Repeat("x", 33), "1/s unit=a unit=b"} {
+		if _, err := core.ParseLimit(bad); !errors.Is(err, core.ErrInvalidLimit) {
+			t.Errorf("%q: %v, want ErrInvalidLimit", bad, err)
+		}
+	}
+	if err := (core.Limit{Rate: 1, Period: time.Second, Unit: "a b"}).Validate(); !errors.Is(err, core.ErrInvalidLimit) {
+		t.Errorf("Unit %q: %v, want ErrInvalidLimit", "a b", err)
+	}
+
+	// Requests and tokens on one key, one algorithm and period: apart.
+	lim, m, _ := miniLimiter(t)
+	requests, tokens := limits[0], limits[1]
+	check(t, "a request", allowN(t, lim, "k", requests, 1), true, 59)
+	check(t, "900 tokens", allowN(t, lim, "k", tokens, 900), true, 99100)
+	check(t, "requests untouched by tokens", allowN(t, lim, "k", requests, 0), true, 59)
+	if !m.Exists("redlimit:{k}:gcra:1m:tokens") || !m.Exists("redlimit:{k}:gcra:1m") {
+		t.Fatalf("keys %v; want the tokens' apart from the requests'", m.Keys())
+	}
+}

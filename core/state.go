@@ -15,15 +15,16 @@ import (
 // key, the scope the limit is decided in ("" unless the HTTP layer decides
 // it for a policy, whose name is its scope), the variant of its algorithm
 // whose state it is (the stepped token bucket's differs from the
-// continuous one's) and its period:
+// continuous one's), its period and its unit (none for requests):
 //
-//	<prefix>[<scope>:]{<key>}:<variant>:<period>
+//	<prefix>[<scope>:]{<key>}:<variant>:<period>[:<unit>]
 //
-// for example "redlimit:login:{203.0.113.7}:gcra:1m". Everything else about
-// a limit (Rate, Burst, Buckets, ...) is read afresh at every decision, so
-// it may change and keep the state. Two limits share state exactly when
-// their scope, variant and period are equal; that identity names the Redis
-// key, FailLocal's state in process, and the HTTP layer's header members.
+// for example "redlimit:login:{203.0.113.7}:gcra:1m", or
+// "redlimit:{key:k1}:gcra:1m:tokens". Everything else about a limit (Rate,
+// Burst, Buckets, ...) is read afresh at every decision, so it may change
+// and keep the state. Two limits share state exactly when their scope,
+// variant, period and unit are equal; that identity names the Redis key,
+// FailLocal's state in process, and the HTTP layer's header members.
 //
 // The key is a Cluster hash tag, so every limit of one key, in every scope,
 // lands in one Redis Cluster slot and can be decided in one script.
@@ -153,7 +154,7 @@ func checkLimits(scopes []string, limits []Limit) error {
 }
 
 func errSharedState(a, b Limit) error {
-	return fmt.Errorf("%w: %v and %v on one key would share state; give them different periods or algorithms (or scopes)",
+	return fmt.Errorf("%w: %v and %v on one key would share state; give them different periods, algorithms or units (or scopes)",
 		ErrInvalidLimit, a, b)
 }
 
@@ -192,8 +193,12 @@ func (c *limitCache) get(l Limit) (*limitInfo, error) {
 	if c := period[0]; c < '0' || c > '9' {
 		period = "1" + period // keys always write the count: "1m"
 	}
+	state := ":" + variant + ":" + period
+	if l.Unit != "" { // a period starts with a digit: a unit never reads as one
+		state += ":" + l.Unit
+	}
 	info := &limitInfo{d: d, capacity: l.Capacity(), period: period,
-		state: ":" + variant + ":" + period, args: make([]any, 1+n)}
+		state: state, args: make([]any, 1+n)}
 	if d.bounds {
 		var err error
 		if info.calendar, err = newCalendar(l); err != nil {
