@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -239,7 +240,7 @@ func (p *policy) decide(w http.ResponseWriter, r *http.Request) (Decision, *core
 	s := scratches.Get().(*scratch)
 	d, quotas := p.verdict(r, s)
 	if quotas != nil {
-		p.answer.headers(w.Header(), &d, quotas, s.each[:len(quotas)])
+		p.answer.headers(w.Header(), httpFields, &d, quotas, s.each[:len(quotas)])
 	}
 	held := s.held
 	s.reset()
@@ -484,4 +485,13 @@ func hashLong(key string) string {
 	}
 	sum := sha256.Sum256([]byte(key))
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// formatLimits writes limits as core.ParseLimits reads them.
+func formatLimits(limits []core.Limit) string {
+	parts := make([]string, len(limits))
+	for i, l := range limits {
+		parts[i] = l.String()
+	}
+	return strings.Join(parts, ", ")
 }
