@@ -40,12 +40,9 @@ func (a *answerer) check() error {
 // deny answers a request whose Decision is not Allowed: with the deny
 // handler if one was given, else with an RFC 9457 problem under
 // WithProblemDetails, else with the JSON body
-// {"error":"...","retry_after":N}. A 503 gets Retry-After: 1 first.
+// {"error":"...","retry_after":N}. The rate-limit fields are set
+// already (a 503's Retry-After: 1 too).
 func (a *answerer) deny(w http.ResponseWriter, r *http.Request, d Decision) {
-	if d.Status == http.StatusServiceUnavailable {
-		d.retryAfter = 1
-		w.Header()[httpFields.retryAfter] = []string{"1"}
-	}
 	switch {
 	case a.handler != nil:
 		a.handler(w, r, d)
