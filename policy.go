@@ -39,6 +39,71 @@ func NewPolicy(lim *core.Limiter, limit core.Limit, opts ...Option) (Policy, err
 	return p, nil
 }
 
+// boundCost returns what a request whose WithResponseCost is cost is
+// settled at: cost, the maximum if cost is above it, or -1 (the reserved
+// n stands) if it is negative. Either bound is logged, each at most once
+// a second per policy: neither is a failure of the decision, which stands.
+func (p *policy) boundCost(ctx context.Context, cost int) int {
+	switch {
+	case cost < 0:
+		if skipped, ok := p.invalidCostLog.allow(time.Now()); ok {
+			p.log.ErrorContext(ctx, "redlimit: invalid response cost: WithResponseCost returned a negative cost; settled at the reserved cost, which stands, and its slots freed",
+				"policy", p.name, "cost", cost, "reserved", p.cost, "costs_not_logged", skipped)
+		}
+		return -1
+	case cost > p.maxCost:
+		if skipped, ok := p.maxCostLog.allow(time.Now()); ok {
+			p.log.WarnContext(ctx, "redlimit: response cost above the maximum a request may be charged (WithMaxCost); charged the maximum",
+				"policy", p.name, "cost", cost, "charged", p.maxCost, "costs_not_logged", skipped)
+		}
+		return p.maxCost
+	}
+	return cost
+}
+
+// settle settles held at cost (-1: the reserved n), with a context the
+// client's leaving does not cancel: the Limiter's timeout bounds it.
+func (p *policy) settle(ctx context.Context, held *core.Reservation, cost int) {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	if cost < 0 {
+		err = held.Release(ctx)
+	} else {
+		err = held.Settle(ctx, cost)
+	}
+	if err != nil {
+		p.reportSettleError(ctx, err)
+	}
+}
+
+// reportSettleError logs an error settling a request's reservation after
+// its handler, at error level, at most once a second per policy. The
+// request was decided and served; what the settlement would have changed
+// (a refund, a charge) may not have been made, and a slot it did not free
+// ends with its lease.
+func (p *policy) reportSettleError(ctx context.Context, err error) {
+	if skipped, ok := p.settleLog.allow(time.Now()); ok {
+		p.log.ErrorContext(ctx, "redlimit: settling a served request's reservation failed; a slot it held is freed when its lease ends",
+			"policy", p.name, "error", err, "errors_not_logged", skipped)
+	}
+}
+
+// errNotHTTP is the key error of a request without an *http.Request under
+// a keyfunc.Func.
+var errNotHTTP = fmt.Errorf("%w: the key function (redlimit.WithKey) reads HTTP requests, and this request is of another protocol", keyfunc.ErrNoKey)
+
+// keyOf returns q's key, by WithRequestKey's function or, for an HTTP
+// request, WithKey's.
+func (p *policy) keyOf(q *Request) (string, error) {
+	switch {
+	case p.requestKey != nil:
+		return p.requestKey(*q)
+	case q.HTTP == nil:
+		return "", errNotHTTP
+	}
+	return p.key(q.HTTP)
+}
+
 // policy is one or more limits with everything a request needs to be
 // decided under them: its options, checked, and what they are worked out
 // to. It is built once and only read afterwards.
