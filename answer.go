@@ -1,58 +1,18 @@
 package redlimit
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/dunglas/httpsfv"
 
 	"github.com/redlimit/redlimit/core"
 )
 
-// What a policy writes back: the rate-limit header fields of every answer
-// it decided, and the status and body of a request that may not proceed.
-
-// HeaderProfile chooses which rate-limit fields answers carry. Retry-After
-// is sent on 429 and 503 answers whatever the profile.
-type HeaderProfile int
-
-const (
-	// HeadersXRateLimit sends X-RateLimit-Limit (the binding limit's
-	// burst), X-RateLimit-Remaining and X-RateLimit-Reset (seconds until
-	// the allowance is full) on every decided answer. It is the default.
-	// Limit and Remaining count the limit's units, of which a request uses
-	// WithCost's n (1 by default): with WithCost(100) under 150 a minute, a
-	// request leaves Remaining 50, and the next is denied with Remaining
-	// 50, fewer than it needs.
-	HeadersXRateLimit HeaderProfile = iota
-	// HeadersDraft sends the IETF draft's RateLimit-Policy and RateLimit
-	// fields (draft-ietf-httpapi-ratelimit-headers) instead, one list
-	// member per limit; their q and r count the limit's units too.
-	HeadersDraft
-	// HeadersBoth sends both sets.
-	HeadersBoth
-	// HeadersNone sends no rate-limit fields, only Retry-After on denials.
-	HeadersNone
-)
-
-// The header fields, in the canonical form of http.Header's keys.
-const (
-	headerRetryAfter = "Retry-After"
-	headerLimit      = "X-Ratelimit-Limit"
-	headerRemaining  = "X-Ratelimit-Remaining"
-	headerReset      = "X-Ratelimit-Reset"
-	headerPolicy     = "Ratelimit-Policy"
-	headerRateLimit  = "Ratelimit"
-)
+// How a policy answers an HTTP request that may not proceed: its status
+// and body (headers.go writes the rate-limit fields of every verdict).
 
 // answerer is how a policy answers: the options that shape its headers and
 // its denials.
@@ -77,234 +37,12 @@ func (a *answerer) check() error {
 	return nil
 }
 
-// quota is one limit of a request's decision, kept in its policy's scope,
-// with what the headers say of it, built once. Each slice has len == cap,
-// so a later Header.Add copies instead of writing into the shared array.
-type quota struct {
-	scope    string
-	limit    core.Limit
-	name     string   // the draft's list member name
-	member   string   // the same, as a structured-field string
-	capacity []string // X-RateLimit-Limit
-	policy   string   // its RateLimit-Policy list member
-}
-
-// quotasOf returns the quotas of a policy's limits. The first is named as
-// the policy; the others add the period their state is kept under, and
-// their algorithm where two share a period: "api", "api-1h",
-// "api-1h-fixed_window".
-func quotasOf(scope string, limits []core.Limit) []quota {
-	quotas := make([]quota, len(limits))
-	for i, l := range limits {
-		name := scope
-		if i > 0 {
-			variant, period := limitState(l)
-			name += "-" + period
-			for _, m := range limits[:i] {
-				if m.Period == l.Period {
-					name += "-" + strings.ReplaceAll(variant, ":", "-")
-					break
-				}
-			}
-		}
-		quotas[i] = quota{scope: scope, limit: l, name: name, member: sfString(name),
-			capacity: []string{strconv.Itoa(l.Capacity())},
-			policy:   policyItem(name, l),
-		}
-	}
-	return quotas
-}
-
-// formatLimits writes limits as core.ParseLimits reads them.
-func formatLimits(limits []core.Limit) string {
-	parts := make([]string, len(limits))
-	for i, l := range limits {
-		parts[i] = l.String()
-	}
-	return strings.Join(parts, ", ")
-}
-
-// sfString writes a name as a structured-field String (RFC 9651, with
-// github.com/dunglas/httpsfv). Names are checked to be printable ASCII
-// when the policy is built, so this cannot fail.
-func sfString(name string) string {
-	s, err := httpsfv.Marshal(httpsfv.NewItem(name))
-	if err != nil {
-		panic(fmt.Sprintf("redlimit: policy name %q: %v", name, err))
-	}
-	return s
-}
-
-// maxWindow bounds the whole-second window a sub-second or fractional
-// period is scaled up to in RateLimit-Policy.
-const maxWindow = time.Hour
-
-// policyItem is the RateLimit-Policy list member of a limit named name:
-// "name";q=<quota>;w=<window in seconds>, with ;redlimit-burst=<capacity>
-// where the capacity differs from q; for a Concurrency limit
-// "name";q=<in flight>;qu="concurrent-requests". The draft's window is a positive whole
-// number of seconds: a period that is not one is scaled up to the shortest
-// whole-second window it divides (3 per 500ms is q=6;w=1); if that is
-// longer than maxWindow, the window is the period rounded up and q the
-// most that window surely allows, rounded down.
-func policyItem(name string, l core.Limit) string {
-	item := httpsfv.NewItem(name)
-	if l.Algorithm == core.Concurrency { // no window: requests in flight
-		item.Params.Add("q", int64(l.Rate))
-		item.Params.Add("qu", "concurrent-requests")
-		return sfList(name, item)
-	}
-	period, second := int64(l.Period/time.Microsecond), int64(time.Second/time.Microsecond)
-	gcd := new(big.Int).GCD(nil, nil, big.NewInt(period), big.NewInt(second)).Int64()
-	window := period / gcd * second // lcm(period, 1s), in µs
-	q := int64(l.Rate) * (window / period)
-	if window > int64(maxWindow/time.Microsecond) {
-		window = (period + second - 1) / second * second
-		q = int64(l.Rate) * window / period
-	}
-	item.Params.Add("q", q)
-	item.Params.Add("w", window/second)
-	if c := int64(l.Capacity()); c != q {
-		item.Params.Add("redlimit-burst", c)
-	}
-	return sfList(name, item)
-}
-
-// sfList writes item as a structured-field list of one member.
-func sfList(name string, item httpsfv.Item) string {
-	s, err := httpsfv.Marshal(httpsfv.List{item})
-	if err != nil {
-		panic(fmt.Sprintf("redlimit: RateLimit-Policy of %q: %v", name, err))
-	}
-	return s
-}
-
-// headers writes the rate-limit fields of d, decided under quotas with
-// each one's result in each. The X-RateLimit fields describe the binding
-// limit; the draft's list every quota, in one field line each, with t (the
-// seconds until more quota is available) left out where it is 0 on an
-// allowed answer (nothing more to come) or, on a denial, would be later
-// than Retry-After. A policy that answers after another on the same
-// request (nested middleware) adds its members to the draft's lists, and
-// its X-RateLimit fields replace the others' only if it has fewer
-// remaining.
-func (a *answerer) headers(h http.Header, d *Decision, quotas []quota, each []core.Result) {
-	denied := !d.Result.Allowed
-	if denied {
-		h[headerRetryAfter] = []string{strconv.FormatInt(d.retryAfter, 10)}
-	}
-	if a.profile == HeadersNone {
-		return
-	}
-	if (a.profile == HeadersXRateLimit || a.profile == HeadersBoth) && (denied || !moreRestrictive(h, d.Result.Remaining)) {
-		b := d.binding
-		reset := seconds(each[b].ResetAfter)
-		if a.resetUnix {
-			reset = time.Now().Add(each[b].ResetAfter + time.Second - 1).Unix()
-		}
-		vals := []string{strconv.Itoa(max(0, d.Result.Remaining)), strconv.FormatInt(reset, 10)}
-		h[headerLimit] = quotas[b].capacity
-		h[headerRemaining] = vals[0:1:1]
-		h[headerReset] = vals[1:2:2]
-	}
-	if a.profile == HeadersDraft || a.profile == HeadersBoth {
-		pk := ""
-		if a.pkSecret != nil {
-			pk = a.partitionKey(d.Key)
-		}
-		var rl, pol strings.Builder
-		for i, q := range quotas {
-			if i > 0 {
-				rl.WriteString(", ")
-				pol.WriteString(", ")
-			}
-			r := each[i]
-			rl.WriteString(q.member)
-			rl.WriteString(";r=")
-			rl.WriteString(strconv.Itoa(max(0, r.Remaining)))
-			if t := seconds(r.NextAfter); t > 0 && (!denied || t <= d.retryAfter) {
-				rl.WriteString(";t=")
-				rl.WriteString(strconv.FormatInt(t, 10))
-			}
-			rl.WriteString(pk)
-			pol.WriteString(q.policy)
-		}
-		addToList(h, headerRateLimit, rl.String())
-		addToList(h, headerPolicy, pol.String())
-	}
-}
-
-// addToList sets the list field name to members, one field line, after
-// the members a policy that answered first put there.
-func addToList(h http.Header, name, members string) {
-	if prev := h[name]; len(prev) > 0 {
-		members = strings.Join(prev, ", ") + ", " + members
-	}
-	h[name] = []string{members}
-}
-
-// moreRestrictive reports whether h already carries an X-RateLimit-Remaining
-// no greater than remaining, from a policy that answered first.
-func moreRestrictive(h http.Header, remaining int) bool {
-	prev, ok := h[headerRemaining]
-	if !ok || len(prev) != 1 {
-		return false
-	}
-	n, err := strconv.Atoi(prev[0])
-	return err == nil && n <= remaining
-}
-
-// retryAfter is the Retry-After of a denial that must wait d: whole
-// seconds, rounded up, at least 1, plus the jitter, which only adds.
-func (a *answerer) retryAfter(d time.Duration) int64 {
-	if a.jitter > 0 && d < core.InfDuration-a.jitter {
-		d += rand.N(a.jitter)
-	}
-	return max(1, seconds(d))
-}
-
-// partitionKey is the draft's pk parameter for key: ";pk=:<base64>:".
-func (a *answerer) partitionKey(key string) string {
-	mac := hmac.New(sha256.New, a.pkSecret)
-	mac.Write([]byte(key))
-	pk, err := httpsfv.Marshal(httpsfv.NewItem(mac.Sum(nil)[:12]))
-	if err != nil { // not reached: any bytes are a Byte Sequence
-		return ""
-	}
-	return ";pk=" + pk
-}
-
-// violated names the list members that denied.
-func violated(quotas []quota, each []core.Result) []string {
-	var names []string
-	for i, r := range each {
-		if !r.Allowed {
-			names = append(names, quotas[i].name)
-		}
-	}
-	return names
-}
-
-// seconds rounds d up to whole seconds.
-func seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	if d > core.InfDuration-time.Second {
-		return int64(core.InfDuration / time.Second)
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
-
 // deny answers a request whose Decision is not Allowed: with the deny
 // handler if one was given, else with an RFC 9457 problem under
 // WithProblemDetails, else with the JSON body
-// {"error":"...","retry_after":N}. A 503 gets Retry-After: 1 first.
+// {"error":"...","retry_after":N}. The rate-limit fields are set
+// already (a 503's Retry-After: 1 too).
 func (a *answerer) deny(w http.ResponseWriter, r *http.Request, d Decision) {
-	if d.Status == http.StatusServiceUnavailable {
-		d.retryAfter = 1
-		w.Header()[headerRetryAfter] = []string{"1"}
-	}
 	switch {
 	case a.handler != nil:
 		a.handler(w, r, d)
@@ -385,4 +123,15 @@ func writeProblem(w http.ResponseWriter, d Decision) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(d.Status)
 	_, _ = w.Write(append(body, '\n'))
+}
+
+// violated names the list members that denied.
+func violated(quotas []quota, each []core.Result) []string {
+	var names []string
+	for i, r := range each {
+		if !r.Allowed {
+			names = append(names, quotas[i].name)
+		}
+	}
+	return names
 }

@@ -14,16 +14,18 @@ type Option func(*config)
 
 // config is what the Options of a policy say.
 type config struct {
-	name    string
-	also    []core.Limit
-	pick    func(*http.Request) ([]core.Limit, error)
-	key     keyfunc.Func
-	cost    int
-	skip    func(*http.Request) bool
-	observe func(*http.Request, Decision)
-	failure Failure
-	dryRun  bool
-	answer  answerer
+	name string
+	also []core.Limit
+	pick func(*http.Request) ([]core.Limit, error)
+	key  keyfunc.Func
+	// requestKey: WithRequestKey's; when set, it keys every request
+	requestKey func(Request) (string, error)
+	cost       int
+	skip       func(*http.Request) bool
+	observe    func(*http.Request, Decision)
+	failure    Failure
+	dryRun     bool
+	answer     answerer
 	// responseCost: WithResponseCost's
 	responseCost func(r *http.Request, status int, header http.Header) int
 	maxCost      int // WithMaxCost's; 0: defaultMaxCost
@@ -74,7 +76,21 @@ func WithRequestLimits(pick func(r *http.Request) ([]core.Limit, error)) Option 
 // Func fails is answered 400 Bad Request; use keyfunc.First to fall back
 // to another key instead.
 func WithKey(f keyfunc.Func) Option {
-	return func(c *config) { c.key = f }
+	return func(c *config) { c.key, c.requestKey = f, nil }
+}
+
+// WithRequestKey sets how requests of any protocol are told apart, by
+// their description, in place of WithKey's function (the later of the two
+// wins). It is for adapters of protocols other than HTTP: grpclimit keys
+// calls with it. A request for which key fails is answered as by WithKey.
+// key must be safe for concurrent use.
+func WithRequestKey(key func(q Request) (string, error)) Option {
+	return func(c *config) {
+		c.key, c.requestKey = nil, key
+		if key == nil {
+			c.key = nil // refused, as WithKey(nil) is
+		}
+	}
 }
 
 // WithCost sets how many events each request counts for, under each of the

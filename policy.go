@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,8 +22,8 @@ import (
 // Adapters take either, and so does Serve. A Policy is safe for concurrent
 // use.
 type Policy interface {
-	// policyFor returns the policy that applies to r, or nil for none.
-	policyFor(r *http.Request) *policy
+	// policyFor returns the policy that applies to q, or nil for none.
+	policyFor(q Request) *policy
 }
 
 // NewPolicy checks the limit and options and returns the Policy that
@@ -38,71 +39,21 @@ func NewPolicy(lim *core.Limiter, limit core.Limit, opts ...Option) (Policy, err
 	return p, nil
 }
 
-// Serve runs one request through p, top to bottom: it finds the policy
-// that applies (none: next serves it), decides (skip, key, limits, one
-// decision on Redis, the failure policy), sets the rate-limit headers, and
-// either answers a request that may not proceed (429, 503 or 400, with the
-// deny handler, a problem or the JSON body) or hands it to next. next
-// serves the request and returns the status it answered with, 0 if it
-// cannot tell. It returns the Decision, the zero Decision when no policy
-// applied. It is what the adapters call; gin's aborts the chain when the
-// Decision is not Allowed.
-func Serve(p Policy, w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request) int) Decision {
-	pol := p.policyFor(r)
-	if pol == nil {
-		next(w, r)
-		return Decision{}
-	}
-	d, held := pol.decide(w, r)
-	switch {
-	case !d.Allowed():
-		pol.answer.deny(w, r, d)
-	case held != nil:
-		pol.serveHeld(w, r, next, held)
-	default:
-		next(w, r)
-	}
-	return d
-}
-
-// serveHeld serves a request whose decision is a reservation (Concurrency
-// limits, WithResponseCost), then settles it, whatever the handler did:
-// with the cost WithResponseCost reports, capped at the policy's maximum,
-// or releasing it (the cost stands, slots are freed) when there is none,
-// when it is negative, or when the handler or the cost function panicked,
-// before the panic goes on up.
-func (p *policy) serveHeld(w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request) int, held *core.Reservation) {
-	var sw *statusWriter
-	if p.responseCost != nil {
-		sw = &statusWriter{ResponseWriter: w}
-		w = sw
-	}
-	cost := -1 // the reserved n
-	defer func() { p.settle(r, held, cost) }()
-	status := next(w, r)
-	if p.responseCost != nil {
-		if status == 0 {
-			status = sw.statusCode()
-		}
-		cost = p.boundCost(r, p.responseCost(r, status, w.Header()))
-	}
-}
-
 // boundCost returns what a request whose WithResponseCost is cost is
 // settled at: cost, the maximum if cost is above it, or -1 (the reserved
 // n stands) if it is negative. Either bound is logged, each at most once
 // a second per policy: neither is a failure of the decision, which stands.
-func (p *policy) boundCost(r *http.Request, cost int) int {
+func (p *policy) boundCost(ctx context.Context, cost int) int {
 	switch {
 	case cost < 0:
 		if skipped, ok := p.invalidCostLog.allow(time.Now()); ok {
-			p.log.ErrorContext(r.Context(), "redlimit: invalid response cost: WithResponseCost returned a negative cost; settled at the reserved cost, which stands, and its slots freed",
+			p.log.ErrorContext(ctx, "redlimit: invalid response cost: WithResponseCost returned a negative cost; settled at the reserved cost, which stands, and its slots freed",
 				"policy", p.name, "cost", cost, "reserved", p.cost, "costs_not_logged", skipped)
 		}
 		return -1
 	case cost > p.maxCost:
 		if skipped, ok := p.maxCostLog.allow(time.Now()); ok {
-			p.log.WarnContext(r.Context(), "redlimit: response cost above the maximum a request may be charged (WithMaxCost); charged the maximum",
+			p.log.WarnContext(ctx, "redlimit: response cost above the maximum a request may be charged (WithMaxCost); charged the maximum",
 				"policy", p.name, "cost", cost, "charged", p.maxCost, "costs_not_logged", skipped)
 		}
 		return p.maxCost
@@ -112,8 +63,8 @@ func (p *policy) boundCost(r *http.Request, cost int) int {
 
 // settle settles held at cost (-1: the reserved n), with a context the
 // client's leaving does not cancel: the Limiter's timeout bounds it.
-func (p *policy) settle(r *http.Request, held *core.Reservation, cost int) {
-	ctx := context.WithoutCancel(r.Context())
+func (p *policy) settle(ctx context.Context, held *core.Reservation, cost int) {
+	ctx = context.WithoutCancel(ctx)
 	var err error
 	if cost < 0 {
 		err = held.Release(ctx)
@@ -121,7 +72,7 @@ func (p *policy) settle(r *http.Request, held *core.Reservation, cost int) {
 		err = held.Settle(ctx, cost)
 	}
 	if err != nil {
-		p.reportSettleError(r, err)
+		p.reportSettleError(ctx, err)
 	}
 }
 
@@ -130,11 +81,27 @@ func (p *policy) settle(r *http.Request, held *core.Reservation, cost int) {
 // request was decided and served; what the settlement would have changed
 // (a refund, a charge) may not have been made, and a slot it did not free
 // ends with its lease.
-func (p *policy) reportSettleError(r *http.Request, err error) {
+func (p *policy) reportSettleError(ctx context.Context, err error) {
 	if skipped, ok := p.settleLog.allow(time.Now()); ok {
-		p.log.ErrorContext(r.Context(), "redlimit: settling a served request's reservation failed; a slot it held is freed when its lease ends",
+		p.log.ErrorContext(ctx, "redlimit: settling a served request's reservation failed; a slot it held is freed when its lease ends",
 			"policy", p.name, "error", err, "errors_not_logged", skipped)
 	}
+}
+
+// errNotHTTP is the key error of a request without an *http.Request under
+// a keyfunc.Func.
+var errNotHTTP = fmt.Errorf("%w: the key function (redlimit.WithKey) reads HTTP requests, and this request is of another protocol", keyfunc.ErrNoKey)
+
+// keyOf returns q's key, by WithRequestKey's function or, for an HTTP
+// request, WithKey's.
+func (p *policy) keyOf(q *Request) (string, error) {
+	switch {
+	case p.requestKey != nil:
+		return p.requestKey(*q)
+	case q.HTTP == nil:
+		return "", errNotHTTP
+	}
+	return p.key(q.HTTP)
 }
 
 // policy is one or more limits with everything a request needs to be
@@ -155,7 +122,7 @@ type policy struct {
 	maxCostLog, invalidCostLog, settleLog throttle
 }
 
-func (p *policy) policyFor(*http.Request) *policy { return p }
+func (p *policy) policyFor(Request) *policy { return p }
 
 // Bounds of a policy.
 const (
@@ -185,7 +152,7 @@ func (c *config) policy(lim *core.Limiter, limits []core.Limit) (*policy, error)
 	}
 	burst := smallestBurst(limits)
 	switch {
-	case c.key == nil:
+	case c.key == nil && c.requestKey == nil:
 		return nil, errors.New("redlimit: WithKey(nil)")
 	case c.cost < 1 || c.cost > burst:
 		return nil, fmt.Errorf("redlimit: cost %d must be between 1 and the burst of %v (%d)", c.cost, formatLimits(limits), burst)
@@ -228,34 +195,39 @@ func smallestBurst(limits []core.Limit) int {
 	return burst
 }
 
-// decide decides r, sets the rate-limit headers on w, waits a shaping
-// limit's delay, and tells the observer. It returns the reservation to
-// settle after the handler, if the decision made one.
-func (p *policy) decide(w http.ResponseWriter, r *http.Request) (Decision, *core.Reservation) {
+// decide decides q, writes the verdict's rate-limit fields to fields under
+// the names n, waits a shaping limit's delay, and tells the observer. It
+// returns the reservation to settle after the handler, if the decision
+// made one.
+func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (Decision, *core.Reservation) {
 	var start time.Time
 	if p.observe != nil {
 		start = time.Now()
 	}
 	s := scratches.Get().(*scratch)
-	d, quotas := p.verdict(r, s)
+	d, quotas := p.verdict(q, s)
 	if quotas != nil {
-		p.answer.headers(w.Header(), &d, quotas, s.each[:len(quotas)])
+		p.answer.headers(fields, n, &d, quotas, s.each[:len(quotas)])
 	}
 	held := s.held
 	s.reset()
 	scratches.Put(s)
 	if d.Allowed() && d.Result.Delay > 0 {
-		if err := sleep(r.Context(), d.Result.Delay); err != nil {
+		if err := sleep(q.Context, d.Result.Delay); err != nil {
 			d.Outcome, d.Status, d.Err = OutcomeError, http.StatusServiceUnavailable, err
 		}
 	}
+	if d.Status == http.StatusServiceUnavailable { // come back in a second
+		d.retryAfter = 1
+		fields[n.retryAfter] = []string{"1"}
+	}
 	if held != nil && !d.Allowed() { // reserved, but not served after all
-		p.settle(r, held, -1)
+		p.settle(q.Context, held, -1)
 		held = nil
 	}
 	if p.observe != nil {
 		d.Duration = time.Since(start)
-		p.observe(r, d)
+		p.observe(q.HTTP, d)
 	}
 	return d, held
 }
@@ -282,27 +254,28 @@ func (s *scratch) reset() {
 	s.n, s.held = 0, nil
 }
 
-// verdict decides r: skip, key, limits, one decision on Redis (the
+// verdict decides q: skip, key, limits, one decision on Redis (the
 // fallback's when Redis fails under FailLocal), and what that means for
 // the request. It leaves every limit's result in s.each, and in s.held the
 // reservation to settle when the decision is one (WithResponseCost, or a
 // Concurrency limit) and allowed it; it returns the quotas the headers
 // describe, nil when they should say nothing.
-func (p *policy) verdict(r *http.Request, s *scratch) (Decision, []quota) {
+func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 	d := Decision{Policy: p.name}
-	if p.skip != nil && p.skip(r) {
+	if p.skip != nil && q.HTTP != nil && p.skip(q.HTTP) {
 		d.Outcome = OutcomeSkipped
 		return d, nil
 	}
-	key, err := p.key(r)
+	key, err := p.keyOf(q)
 	var quotas []quota
 	if err == nil {
 		d.Key = hashLong(key)
-		quotas, err = p.requestQuotas(r)
+		quotas, err = p.requestQuotas(q)
 	}
 	if err != nil {
-		return p.invalid(r, d, err), nil
+		return p.invalid(q.Context, d, err), nil
 	}
+	ctx := q.Context
 
 	s.n = len(quotas)
 	scopes, limits, each := s.scopes[:s.n], s.limits[:s.n], s.each[:s.n]
@@ -311,7 +284,7 @@ func (p *policy) verdict(r *http.Request, s *scratch) (Decision, []quota) {
 	}
 	if p.responseCost != nil || holdsSlots(limits) {
 		var held *core.Reservation
-		held, d.binding, d.Err = reserve(p.lim, r.Context(), d.Key, scopes, limits, p.cost, each)
+		held, d.binding, d.Err = reserve(p.lim, ctx, d.Key, scopes, limits, p.cost, each)
 		if d.Err == nil {
 			d.Result = held.Result()
 			if d.Result.Allowed {
@@ -319,18 +292,18 @@ func (p *policy) verdict(r *http.Request, s *scratch) (Decision, []quota) {
 			}
 		}
 	} else {
-		d.Result, d.binding, d.Err = decide(p.lim, r.Context(), d.Key, scopes, limits, p.cost, each)
+		d.Result, d.binding, d.Err = decide(p.lim, ctx, d.Key, scopes, limits, p.cost, each)
 	}
 	switch {
 	case d.Err == nil:
 		d.Outcome = OutcomeAllowed
 	case isInputError(d.Err): // limits a request picked, or its key: never a pass
-		return p.invalid(r, d, d.Err), nil
-	case r.Context().Err() != nil: // the client left: not Redis's fault
-		d.Outcome, d.Status, d.Err = OutcomeError, http.StatusServiceUnavailable, r.Context().Err()
+		return p.invalid(ctx, d, d.Err), nil
+	case ctx.Err() != nil: // the client left: not Redis's fault
+		d.Outcome, d.Status, d.Err = OutcomeError, http.StatusServiceUnavailable, ctx.Err()
 		return d, nil
 	default:
-		p.reportError(r, d.Err)
+		p.reportError(ctx, d.Err)
 		switch {
 		case p.failure == FailLocal:
 			d.Result, d.binding = p.local(d.Key, scopes, limits, p.cost, each)
@@ -350,7 +323,7 @@ func (p *policy) verdict(r *http.Request, s *scratch) (Decision, []quota) {
 			if d.Outcome != OutcomeLocal {
 				d.Outcome = OutcomeDryRun
 			}
-			p.reportDryRun(r, d.Result)
+			p.reportDryRun(ctx, d.Result)
 		}
 		return d, nil
 	case d.Result.Allowed:
@@ -375,20 +348,20 @@ func (p *policy) verdict(r *http.Request, s *scratch) (Decision, []quota) {
 // error: core.ErrInvalidLimit, core.ErrInvalidCost) at error level; each
 // at most once a second per policy, with the error and how many it left
 // out: a key function that never finds its key answers every request 400.
-func (p *policy) invalid(r *http.Request, d Decision, err error) Decision {
+func (p *policy) invalid(ctx context.Context, d Decision, err error) Decision {
 	d.Outcome, d.Err = OutcomeInvalid, err
 	if !p.dryRun {
 		d.Status = http.StatusBadRequest
 	}
 	if isConfigError(err) {
 		if skipped, ok := p.confLog.allow(time.Now()); ok {
-			p.log.ErrorContext(r.Context(), "redlimit: configuration error: the request's limits cannot decide it", "policy", p.name,
+			p.log.ErrorContext(ctx, "redlimit: configuration error: the request's limits cannot decide it", "policy", p.name,
 				"status", d.Status, "error", err, "requests_not_logged", skipped)
 		}
 		return d
 	}
 	if skipped, ok := p.keyLog.allow(time.Now()); ok {
-		p.log.WarnContext(r.Context(), "redlimit: request without a rate limit key", "policy", p.name,
+		p.log.WarnContext(ctx, "redlimit: request without a rate limit key", "policy", p.name,
 			"status", d.Status, "error", err, "requests_not_logged", skipped)
 	}
 	return d
@@ -401,13 +374,14 @@ func isConfigError(err error) bool {
 	return errors.Is(err, core.ErrInvalidLimit) || errors.Is(err, core.ErrInvalidCost)
 }
 
-// requestQuotas returns what r is decided under: the policy's quotas, or,
-// with WithRequestLimits, the catch-all's and the limits r picked.
-func (p *policy) requestQuotas(r *http.Request) ([]quota, error) {
-	if p.pick == nil {
+// requestQuotas returns what q is decided under: the policy's quotas, or,
+// with WithRequestLimits, the catch-all's and the limits q picked (an HTTP
+// request's; a request of another protocol picks none).
+func (p *policy) requestQuotas(q *Request) ([]quota, error) {
+	if p.pick == nil || q.HTTP == nil {
 		return p.quotas, nil
 	}
-	limits, err := p.pick(r)
+	limits, err := p.pick(q.HTTP)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("redlimit: the request's limits: %w", err)
@@ -427,11 +401,11 @@ func (p *policy) requestQuotas(r *http.Request) ([]quota, error) {
 	return append(p.quotas[:p.inherits:p.inherits], quotasOf(p.name, limits)...), nil
 }
 
-// reportError logs a Redis error of r at error level, at most once a
+// reportError logs a Redis error at error level, at most once a
 // second per policy, with how many it left out.
-func (p *policy) reportError(r *http.Request, err error) {
+func (p *policy) reportError(ctx context.Context, err error) {
 	if skipped, ok := p.errLog.allow(time.Now()); ok {
-		p.log.ErrorContext(r.Context(), "redlimit: rate limit decision failed", "policy", p.name,
+		p.log.ErrorContext(ctx, "redlimit: rate limit decision failed", "policy", p.name,
 			"failure", p.failure.String(), "error", err, "errors_not_logged", skipped)
 	}
 }
@@ -439,11 +413,11 @@ func (p *policy) reportError(r *http.Request, err error) {
 // reportDryRun logs a request a dry run would have denied: at debug level
 // each, and at info level at most once a second per policy, with how many
 // there were since.
-func (p *policy) reportDryRun(r *http.Request, res core.Result) {
-	p.log.DebugContext(r.Context(), "redlimit: dry run: would deny", "policy", p.name,
+func (p *policy) reportDryRun(ctx context.Context, res core.Result) {
+	p.log.DebugContext(ctx, "redlimit: dry run: would deny", "policy", p.name,
 		"limit", res.Limit.String(), "retry_after", res.RetryAfter)
 	if skipped, ok := p.dryLog.allow(time.Now()); ok {
-		p.log.InfoContext(r.Context(), "redlimit: dry run: requests would have been denied", "policy", p.name,
+		p.log.InfoContext(ctx, "redlimit: dry run: requests would have been denied", "policy", p.name,
 			"limit", res.Limit.String(), "count", skipped+1)
 	}
 }
@@ -484,4 +458,13 @@ func hashLong(key string) string {
 	}
 	sum := sha256.Sum256([]byte(key))
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// formatLimits writes limits as core.ParseLimits reads them.
+func formatLimits(limits []core.Limit) string {
+	parts := make([]string, len(limits))
+	for i, l := range limits {
+		parts[i] = l.String()
+	}
+	return strings.Join(parts, ", ")
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"path"
 	"sort"
 	"strings"
@@ -316,13 +317,19 @@ type rulePolicy struct{ *policy }
 // ServeHTTP is never called: ServeMux is only asked which entry matches.
 func (rulePolicy) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
-// policyFor returns the policy of the rule that matches r, the catch-all
+// policyFor returns the policy of the rule that matches q, the catch-all
 // if none does, or nil. It panics on a RuleSet not made by NewRuleSet,
 // which would otherwise let every request pass unlimited.
-func (s *RuleSet) policyFor(r *http.Request) *policy {
+func (s *RuleSet) policyFor(q Request) *policy {
 	t := s.table.Load()
 	if t == nil {
 		panic("redlimit: a RuleSet not made by NewRuleSet")
+	}
+	r := q.HTTP
+	if r == nil {
+		// Rules are ServeMux patterns, matched by ServeMux, which reads
+		// an *http.Request's method, host and path: only those are set.
+		r = &http.Request{Method: q.Method, Host: q.Host, URL: &url.URL{Path: q.Path}}
 	}
 	if p := t.match(r); p != nil {
 		return p

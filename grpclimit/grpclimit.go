@@ -12,22 +12,24 @@
 //
 // # A call as the policy sees it
 //
-// A call is decided through redlimit's request flow (redlimit.Serve) as a
-// request whose method is POST, whose URL path and Pattern are the call's
-// full method ("/pkg.Service/Method"), whose RemoteAddr is the peer's
-// address (peer.FromContext), whose Header is the incoming metadata (keys
-// in canonical form, pseudo-headers left out) and whose context is the
-// call's. So the HTTP layer's key functions, skips and observers work on
-// calls as written: keyfunc.IP() keys by the peer's address, the default,
-// giving the same "ip:..." keys as on HTTP; keyfunc.ContextUser reads what
-// an authentication interceptor put in the context; keyfunc.Header reads
-// metadata, which a client chooses, so only when told to. A policy named
-// the same on an HTTP gateway and a gRPC server shares its state.
+// A call is decided through redlimit's one request flow
+// (redlimit.ServeRequest) as a redlimit.Request built from the call
+// itself: method POST, route and path the call's full method
+// ("/pkg.Service/Method"), host its :authority, peer the peer's address
+// (peer.FromContext), metadata the incoming metadata, context the call's.
+// No *http.Request is made up for it. Calls are keyed by the peer's IP
+// address by default (WithIPKey), giving the same "ip:..." keys as
+// keyfunc.IP on HTTP, or by a function of the call (WithKey). A policy
+// named the same on an HTTP gateway and a gRPC server shares its state.
+// The HTTP layer's functions of an *http.Request do not see calls: a
+// keyfunc.Func given through With finds no key (the call ends
+// InvalidArgument), redlimit.WithSkip and WithRequestLimits are not asked,
+// and WithObserver's and WithResponseCost's functions get a nil request.
 //
 // # Answers
 //
 // A call that may proceed gets the rate-limit fields in its header
-// metadata, lowercase, as the HTTP layer writes them: x-ratelimit-limit,
+// metadata, lowercase, with the values the HTTP layer writes: x-ratelimit-limit,
 // x-ratelimit-remaining and x-ratelimit-reset by default, ratelimit-policy
 // and ratelimit with redlimit.WithHeaders(redlimit.HeadersDraft). A call
 // that may not proceed is not handed to the handler and ends with a
@@ -62,18 +64,15 @@
 // settled after its handler, and the cost function gets the HTTP status
 // of the call's gRPC code (the usual mapping: OK 200, InvalidArgument 400,
 // Unauthenticated 401, PermissionDenied 403, NotFound 404,
-// ResourceExhausted 429, Unavailable 503, ...) and a header holding only
-// the rate-limit fields.
+// ResourceExhausted 429, Unavailable 503, ...), a nil request and a nil
+// header.
 package grpclimit
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/textproto"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -88,6 +87,7 @@ import (
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/keyfunc"
 )
 
 // Option configures an interceptor: the HTTP layer's options (With), a
@@ -105,12 +105,15 @@ type config struct {
 // With applies options of the HTTP layer to the interceptor's policy, in
 // order, as on every adapter. Those that mean something for calls:
 // redlimit.WithName (the state's scope and the metrics label; ignored with
-// WithRules, whose rules are named by their patterns), WithAlso, WithKey,
-// WithCost, WithSkip, WithFailure, WithDryRun, WithObserver (so
-// promlimit's and otellimit's Metrics.Observer() attach as they are),
-// WithRequestLimits, WithResponseCost, WithMaxCost, WithHeaders, WithResetUnix,
-// WithRetryAfterJitter and WithPartitionKey. WithProblemDetails and
-// WithDenyHandler shape an HTTP body that a call does not have: they
+// WithRules, whose rules are named by their patterns), WithAlso,
+// WithCost, WithFailure, WithDryRun, WithObserver (so promlimit's and
+// otellimit's Metrics.Observer() attach as they are; the request is nil),
+// WithResponseCost (request and header nil), WithMaxCost, WithHeaders,
+// WithResetUnix, WithRetryAfterJitter and WithPartitionKey. Key calls with
+// WithKey or WithIPKey: redlimit.WithKey's keyfunc.Func reads HTTP
+// requests and finds no key in a call. WithSkip and WithRequestLimits
+// read HTTP requests too and are not asked about calls. WithProblemDetails
+// and WithDenyHandler shape an HTTP body that a call does not have: they
 // change nothing, and a call that does not pass always ends with the
 // status the package documentation lists.
 func With(opts ...redlimit.Option) Option {
@@ -122,13 +125,37 @@ func With(opts ...redlimit.Option) Option {
 // interceptor put in the context. An error is answered
 // codes.InvalidArgument, never let through unlimited; return an error
 // wrapping keyfunc.ErrNoKey for a call without the identity. The default
-// is the peer's IP address (keyfunc.IP()). key must be safe for
-// concurrent use. It is With(redlimit.WithKey(...)) for a function of the
-// call; a keyfunc.Func works through With as well.
+// is the peer's IP address (WithIPKey()). key must be safe for
+// concurrent use. Of WithKey and WithIPKey, the later wins.
 func WithKey(key func(ctx context.Context, fullMethod string) (string, error)) Option {
-	return With(redlimit.WithKey(func(r *http.Request) (string, error) {
-		return key(r.Context(), r.URL.Path)
+	return With(redlimit.WithRequestKey(func(q redlimit.Request) (string, error) {
+		return key(q.Context, q.Route)
 	}))
+}
+
+// WithIPKey keys calls by the client's IP address, as keyfunc.IP keys HTTP
+// requests with the same options: the peer's address by default, the
+// default key of an interceptor; behind proxies named with
+// keyfunc.TrustProxies, the address they put in the x-forwarded-for
+// metadata (or the field TrustHeader names), which a client chooses, so
+// only when told to. A peer on a Unix socket is keyfunc.UnixSocketKey.
+func WithIPKey(opts ...keyfunc.IPOption) Option {
+	ip := keyfunc.IPOf(opts...)
+	return With(redlimit.WithRequestKey(func(q redlimit.Request) (string, error) {
+		return ip(q.Peer, unixPeer(q.Context), q.Values)
+	}))
+}
+
+// unixPeer reports whether the call of ctx came over a Unix socket.
+func unixPeer(ctx context.Context) bool {
+	p, ok := peer.FromContext(ctx)
+	switch {
+	case !ok || p.Addr == nil:
+		return false
+	case strings.HasPrefix(p.Addr.Network(), "unix"):
+		return true
+	}
+	return p.LocalAddr != nil && strings.HasPrefix(p.LocalAddr.Network(), "unix")
 }
 
 // WithRules limits calls per method, on top of the interceptor's limit: a
@@ -164,19 +191,19 @@ func UnaryServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) g
 		panic(err)
 	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		w := newWriter()
-		d := redlimit.Serve(p, w, request(ctx, info.FullMethod), func(http.ResponseWriter, *http.Request) int {
-			if md := w.metadata(); md != nil {
+		md := metadata.MD{}
+		d := redlimit.ServeRequest(p, request(ctx, info.FullMethod), md, func() int {
+			if len(md) > 0 {
 				_ = grpc.SetHeader(ctx, md) // fails only once headers were sent: never before the handler
 			}
 			resp, err = handler(ctx, req)
 			return httpStatus(err)
 		})
 		if !d.Allowed() {
-			if md := w.metadata(); md != nil {
+			if len(md) > 0 {
 				_ = grpc.SetHeader(ctx, md)
 			}
-			return nil, refusal(ctx, d, w)
+			return nil, refusal(ctx, d, md)
 		}
 		return resp, err
 	}
@@ -194,19 +221,19 @@ func StreamServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) 
 	}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		ctx := ss.Context()
-		w := newWriter()
-		d := redlimit.Serve(p, w, request(ctx, info.FullMethod), func(http.ResponseWriter, *http.Request) int {
-			if md := w.metadata(); md != nil {
+		md := metadata.MD{}
+		d := redlimit.ServeRequest(p, request(ctx, info.FullMethod), md, func() int {
+			if len(md) > 0 {
 				_ = ss.SetHeader(md)
 			}
 			err = handler(srv, ss)
 			return httpStatus(err)
 		})
 		if !d.Allowed() {
-			if md := w.metadata(); md != nil {
+			if len(md) > 0 {
 				_ = ss.SetHeader(md)
 			}
-			return refusal(ctx, d, w)
+			return refusal(ctx, d, md)
 		}
 		return err
 	}
@@ -216,7 +243,7 @@ func StreamServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) 
 // under: one for every call, or, with WithRules, a rules table whose
 // catch-all is limit.
 func newPolicy(l *core.Limiter, limit core.Limit, opts []Option) (redlimit.Policy, error) {
-	var c config
+	c := config{policy: []redlimit.Option{defaultKey}}
 	for _, opt := range opts {
 		opt(&c)
 	}
@@ -269,90 +296,35 @@ func isName(s string, dots bool) bool {
 	return true
 }
 
+// defaultKey keys calls by the peer's address.
+var defaultKey = redlimit.WithRequestKey(func(q redlimit.Request) (string, error) {
+	return peerIP(q.Peer, unixPeer(q.Context), q.Values)
+})
+
+var peerIP = keyfunc.IPOf()
+
 // request returns the call as its policy sees it (see the package
 // documentation).
-func request(ctx context.Context, fullMethod string) *http.Request {
-	r := &http.Request{
-		Method:     http.MethodPost,
-		URL:        &url.URL{Path: fullMethod},
-		Proto:      "HTTP/2.0",
-		ProtoMajor: 2,
-		RequestURI: fullMethod,
-		Pattern:    fullMethod,
-		Header:     http.Header{},
-	}
+func request(ctx context.Context, fullMethod string) redlimit.Request {
+	q := redlimit.Request{Context: ctx, Method: http.MethodPost, Route: fullMethod, Path: fullMethod}
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		for k, v := range md { // a copy of the metadata: its slices are ours
-			switch {
-			case k == ":authority" && len(v) > 0:
-				r.Host = v[0]
-			case !strings.HasPrefix(k, ":"):
-				r.Header[textproto.CanonicalMIMEHeaderKey(k)] = v
-			}
+		q.Metadata = md
+		if v := md[":authority"]; len(v) > 0 {
+			q.Host = v[0]
 		}
 	}
-	var local net.Addr = unknownAddr{} // no peer, or one that is not a Unix socket's
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		r.RemoteAddr = p.Addr.String()
-		switch {
-		case strings.HasPrefix(p.Addr.Network(), "unix"):
-			local = p.Addr
-		case p.LocalAddr != nil:
-			local = p.LocalAddr
-		}
+		q.Peer = p.Addr.String()
 	}
-	if _, tcp := local.(*net.TCPAddr); !tcp { // keyfunc.IP tells a Unix-socket peer by the address it came to
-		ctx = context.WithValue(ctx, http.LocalAddrContextKey, local)
-	}
-	return r.WithContext(ctx)
-}
-
-// unknownAddr is the local address of a call whose peer is unknown.
-type unknownAddr struct{}
-
-func (unknownAddr) Network() string { return "unknown" }
-func (unknownAddr) String() string  { return "" }
-
-// writer is what the request flow writes a call's answer to: only the
-// header is kept, to become metadata.
-type writer struct{ header http.Header }
-
-func newWriter() *writer { return &writer{header: http.Header{}} }
-
-func (w *writer) Header() http.Header         { return w.header }
-func (w *writer) Write(b []byte) (int, error) { return len(b), nil }
-func (w *writer) WriteHeader(int)             {}
-
-// fields are the rate-limit header fields, and their metadata keys.
-var fields = [...]struct{ header, key string }{
-	{"X-Ratelimit-Limit", "x-ratelimit-limit"},
-	{"X-Ratelimit-Remaining", "x-ratelimit-remaining"},
-	{"X-Ratelimit-Reset", "x-ratelimit-reset"},
-	{"Retry-After", "retry-after"},
-	{"Ratelimit-Policy", "ratelimit-policy"},
-	{"Ratelimit", "ratelimit"},
-}
-
-// metadata returns the rate-limit fields written so far, nil for none.
-func (w *writer) metadata() metadata.MD {
-	var md metadata.MD
-	for _, f := range fields {
-		if v := w.header[f.header]; len(v) > 0 {
-			if md == nil {
-				md = make(metadata.MD, len(fields))
-			}
-			md[f.key] = v
-		}
-	}
-	return md
+	return q
 }
 
 // refusal is the status of a call that may not proceed.
-func refusal(ctx context.Context, d redlimit.Decision, w *writer) error {
+func refusal(ctx context.Context, d redlimit.Decision, md metadata.MD) error {
 	var st *status.Status
 	switch d.Status {
 	case http.StatusTooManyRequests:
-		st = withRetry(status.New(codes.ResourceExhausted, "rate limit exceeded"), retryDelay(d, w))
+		st = withRetry(status.New(codes.ResourceExhausted, "rate limit exceeded"), retryDelay(d, md))
 	case http.StatusServiceUnavailable:
 		if err := ctx.Err(); err != nil && errors.Is(d.Err, err) { // the client left
 			return status.FromContextError(err).Err()
@@ -373,15 +345,17 @@ func refusal(ctx context.Context, d redlimit.Decision, w *writer) error {
 
 // retryDelay is a denial's RetryInfo: the exact wait, rounded up to the
 // millisecond, or the Retry-After sent if jitter made it longer.
-func retryDelay(d redlimit.Decision, w *writer) time.Duration {
+func retryDelay(d redlimit.Decision, md metadata.MD) time.Duration {
 	wait := d.Result.RetryAfter
 	if wait > core.InfDuration-time.Second {
 		return wait
 	}
 	wait = (wait + time.Millisecond - 1).Truncate(time.Millisecond)
-	sent, err := strconv.ParseInt(w.header.Get("Retry-After"), 10, 64)
-	if whole := time.Duration(sent) * time.Second; err == nil && whole > (wait+time.Second-1).Truncate(time.Second) {
-		return whole // the jitter added whole seconds, or the wait was under a millisecond
+	if v := md.Get("retry-after"); len(v) == 1 {
+		sent, err := strconv.ParseInt(v[0], 10, 64)
+		if whole := time.Duration(sent) * time.Second; err == nil && whole > (wait+time.Second-1).Truncate(time.Second) {
+			return whole // the jitter added whole seconds, or the wait was under a millisecond
+		}
 	}
 	return wait
 }

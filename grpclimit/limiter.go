@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
@@ -61,13 +62,13 @@ func NewLimiter(l *core.Limiter, limit core.Limit, opts ...Option) (*Limiter, er
 // RetryInfo, codes.Unavailable, codes.InvalidArgument), as an error.
 func (l *Limiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	w := newWriter()
-	d := redlimit.Serve(l.p, w, request(ctx, method), func(http.ResponseWriter, *http.Request) int { return http.StatusOK })
-	if md := w.metadata(); md != nil {
+	md := metadata.MD{}
+	d := redlimit.ServeRequest(l.p, request(ctx, method), md, func() int { return http.StatusOK })
+	if len(md) > 0 {
 		_ = grpc.SetHeader(ctx, md)
 	}
 	if !d.Allowed() {
-		return refusal(ctx, d, w)
+		return refusal(ctx, d, md)
 	}
 	return nil
 }

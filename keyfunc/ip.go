@@ -190,10 +190,7 @@ func IPv6Prefix(bits int) IPOption {
 // The returned Func is safe for concurrent use; the options are read once,
 // when IP is called.
 func IP(opts ...IPOption) Func {
-	c := ipConfig{ipv6Prefix: DefaultIPv6Prefix}
-	for _, opt := range opts {
-		opt(&c)
-	}
+	c := newIPConfig(opts)
 	return func(r *http.Request) (string, error) {
 		peer, err := parseHost(r.RemoteAddr)
 		if err != nil {
@@ -202,9 +199,47 @@ func IP(opts ...IPOption) Func {
 			}
 			peer = netip.Addr{} // the invalid address stands for the Unix-socket peer
 		}
-		return c.key(c.client(r, peer)), nil
+		return c.key(c.client(r.Header, peer)), nil
 	}
 }
+
+// IPOf is IP for a request that is not an *http.Request, such as a gRPC
+// call: remoteAddr is the peer's address as http.Request.RemoteAddr
+// writes it, unix reports a peer on a Unix socket (whose remoteAddr need
+// not be an address), and values returns the values of a header (or
+// metadata) field, matched in any case. It keys as IP does, with the same
+// options, so the two give one client the same key. The returned function
+// is safe for concurrent use.
+func IPOf(opts ...IPOption) func(remoteAddr string, unix bool, values func(name string) []string) (string, error) {
+	c := newIPConfig(opts)
+	return func(remoteAddr string, unix bool, values func(name string) []string) (string, error) {
+		peer, err := parseHost(remoteAddr)
+		if err != nil {
+			if !unix {
+				return "", fmt.Errorf("%w: peer address %q: %v", ErrNoKey, remoteAddr, err)
+			}
+			peer = netip.Addr{}
+		}
+		return c.key(c.client(valuesFunc(values), peer)), nil
+	}
+}
+
+func newIPConfig(opts []IPOption) *ipConfig {
+	c := &ipConfig{ipv6Prefix: DefaultIPv6Prefix}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c
+}
+
+// header is where client reads forwarding fields: an http.Header, or
+// IPOf's lookup.
+type header interface{ Values(name string) []string }
+
+// valuesFunc is a lookup of field values as a header.
+type valuesFunc func(name string) []string
+
+func (f valuesFunc) Values(name string) []string { return f(name) }
 
 // fromUnixSocket reports whether r, whose RemoteAddr is not an address,
 // came over a Unix socket.
@@ -224,22 +259,22 @@ func fromUnixSocket(r *http.Request) bool {
 
 // client returns the client address behind peer, the invalid address for
 // the Unix-socket peer.
-func (c *ipConfig) client(r *http.Request, peer netip.Addr) netip.Addr {
+func (c *ipConfig) client(h header, peer netip.Addr) netip.Addr {
 	if !c.isTrusted(peer) {
 		return peer
 	}
 	if c.header != "" {
-		if a, ok := lastValue(r.Header.Values(c.header)); ok {
+		if a, ok := lastValue(h.Values(c.header)); ok {
 			return a
 		}
 	}
 	if c.forwarded {
-		return c.walkForwarded(r.Header.Values("Forwarded"), peer)
+		return c.walkForwarded(h.Values("Forwarded"), peer)
 	}
 	// Walk X-Forwarded-For from the right: each entry was appended by the
 	// hop to its right. Stop at the first hop that is not ours.
 	client := peer
-	values := r.Header.Values("X-Forwarded-For")
+	values := h.Values("X-Forwarded-For")
 	for i := len(values) - 1; i >= 0; i-- {
 		entries := values[i]
 		for entries != "" {

@@ -327,3 +327,33 @@ func checkKeys(t *testing.T, tests []keyCase) {
 		}
 	}
 }
+
+// TestIPOf: IPOf keys a peer that is no *http.Request as IP keys a
+// request with the same address and fields.
+func TestIPOf(t *testing.T) {
+	t.Parallel()
+	fields := map[string][]string{"x-forwarded-for": {"198.51.100.7"}}
+	values := func(name string) []string { return fields[strings.ToLower(name)] }
+	tests := []struct {
+		name       string
+		opts       []keyfunc.IPOption
+		remoteAddr string
+		unix       bool
+		want       string
+	}{
+		{"peer", nil, "192.0.2.1:1234", false, "ip:192.0.2.1"},
+		{"forwarding untrusted", nil, "10.0.0.1:1234", false, "ip:10.0.0.1"},
+		{"behind a trusted proxy", []keyfunc.IPOption{keyfunc.TrustProxies("10.0.0.0/8")}, "10.0.0.1:1234", false, "ip:198.51.100.7"},
+		{"IPv6 by its /64", nil, "[2001:db8:1:2::7]:1234", false, "ip:2001:db8:1:2::/64"},
+		{"unix socket", nil, "@", true, keyfunc.UnixSocketKey},
+	}
+	for _, tt := range tests {
+		got, err := keyfunc.IPOf(tt.opts...)(tt.remoteAddr, tt.unix, values)
+		if err != nil || got != tt.want {
+			t.Errorf("%s: %q, %v; want %q", tt.name, got, err, tt.want)
+		}
+	}
+	if _, err := keyfunc.IPOf()("", false, values); !errors.Is(err, keyfunc.ErrNoKey) {
+		t.Errorf("no address: %v, want ErrNoKey", err)
+	}
+}

@@ -1,0 +1,95 @@
+package redlimit
+
+import (
+	"net/http"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// The one request flow, for every protocol: a protocol describes its
+// request (Request), the policy decides it (key, limits, one decision on
+// Redis, the failure policy), the verdict's rate-limit fields are written
+// under the protocol's names, and the protocol answers in its own way.
+// Serve is the flow of an *http.Request (nethttp, ginlimit, echolimit);
+// ServeRequest that of any other protocol (grpclimit).
+
+// Serve runs one HTTP request through p, top to bottom: it finds the
+// policy that applies (none: next serves it), decides (skip, key, limits,
+// one decision on Redis, the failure policy), sets the rate-limit headers,
+// and either answers a request that may not proceed (429, 503 or 400, with
+// the deny handler, a problem or the JSON body) or hands it to next. next
+// serves the request and returns the status it answered with, 0 if it
+// cannot tell. It returns the Decision, the zero Decision when no policy
+// applied. It is what the HTTP adapters call; gin's aborts the chain when
+// the Decision is not Allowed.
+func Serve(p Policy, w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request) int) Decision {
+	q := Request{Context: r.Context(), Method: r.Method, Route: r.Pattern, Path: r.URL.Path, Host: r.Host, Peer: r.RemoteAddr, HTTP: r}
+	pol := p.policyFor(q)
+	if pol == nil {
+		next(w, r)
+		return Decision{}
+	}
+	d, held := pol.decide(&q, w.Header(), httpFields)
+	switch {
+	case !d.Allowed():
+		pol.answer.deny(w, r, d)
+	case held != nil:
+		var sw *statusWriter
+		if pol.responseCost != nil { // WithResponseCost is told the status
+			sw = &statusWriter{ResponseWriter: w}
+			w = sw
+		}
+		pol.serveHeld(&q, held, func() (int, http.Header) {
+			status := next(w, r)
+			if status == 0 && sw != nil {
+				status = sw.statusCode()
+			}
+			return status, w.Header()
+		})
+	default:
+		next(w, r)
+	}
+	return d
+}
+
+// ServeRequest runs one request of a protocol other than HTTP through p,
+// as Serve runs an HTTP request: it finds the policy that applies (none:
+// next serves it), decides, and writes the verdict's rate-limit fields to
+// md as gRPC metadata (lowercase keys: x-ratelimit-remaining,
+// retry-after, ratelimit, ...). When the Decision is Allowed it calls
+// next, which serves the request and returns its HTTP status (for
+// WithResponseCost); otherwise the caller answers as its protocol does,
+// after the Decision's Status. md must not be nil.
+func ServeRequest(p Policy, q Request, md map[string][]string, next func() int) Decision {
+	q.HTTP = nil // the flow of an HTTP request is Serve's
+	pol := p.policyFor(q)
+	if pol == nil {
+		next()
+		return Decision{}
+	}
+	d, held := pol.decide(&q, md, metadataFields)
+	switch {
+	case !d.Allowed():
+	case held != nil:
+		pol.serveHeld(&q, held, func() (int, http.Header) { return next(), nil })
+	default:
+		next()
+	}
+	return d
+}
+
+// serveHeld serves a request whose decision is a reservation (Concurrency
+// limits, WithResponseCost) with next, then settles it, whatever the
+// handler did: with the cost WithResponseCost reports for the status and
+// header next returns, capped at the policy's maximum, or releasing it
+// (the cost stands, slots are freed) when there is none, when it is
+// negative, or when the handler or the cost function panicked, before the
+// panic goes on up.
+func (p *policy) serveHeld(q *Request, held *core.Reservation, next func() (status int, header http.Header)) {
+	cost := -1 // the reserved n
+	defer func() { p.settle(q.Context, held, cost) }()
+	status, header := next()
+	if p.responseCost != nil {
+		cost = p.boundCost(q.Context, p.responseCost(q.HTTP, status, header))
+	}
+}

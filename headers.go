@@ -1,0 +1,255 @@
+package redlimit
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// The rate-limit fields of a verdict: their values, worked out here once,
+// and written under HTTP's header names (http.Header) or gRPC's metadata
+// keys (metadata.MD), which are both a map of name to values.
+
+// HeaderProfile chooses which rate-limit fields answers carry. Retry-After
+// is sent on 429 and 503 answers whatever the profile.
+type HeaderProfile int
+
+const (
+	// HeadersXRateLimit sends X-RateLimit-Limit (the binding limit's
+	// burst), X-RateLimit-Remaining and X-RateLimit-Reset (seconds until
+	// the allowance is full) on every decided answer. It is the default.
+	// Limit and Remaining count the limit's units, of which a request uses
+	// WithCost's n (1 by default): with WithCost(100) under 150 a minute, a
+	// request leaves Remaining 50, and the next is denied with Remaining
+	// 50, fewer than it needs.
+	HeadersXRateLimit HeaderProfile = iota
+	// HeadersDraft sends the IETF draft's RateLimit-Policy and RateLimit
+	// fields (draft-ietf-httpapi-ratelimit-headers) instead, one list
+	// member per limit; their q and r count the limit's units too.
+	HeadersDraft
+	// HeadersBoth sends both sets.
+	HeadersBoth
+	// HeadersNone sends no rate-limit fields, only Retry-After on denials.
+	HeadersNone
+)
+
+// fieldNames are the names a protocol gives the rate-limit fields.
+type fieldNames struct {
+	retryAfter, limit, remaining, reset, policy, rateLimit string
+}
+
+// The fields' names: HTTP's, in the canonical form of http.Header's keys,
+// and gRPC's, as metadata keys (lowercase).
+var (
+	httpFields     = &fieldNames{"Retry-After", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Ratelimit-Policy", "Ratelimit"}
+	metadataFields = &fieldNames{"retry-after", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "ratelimit-policy", "ratelimit"}
+)
+
+// quota is one limit of a request's decision, kept in its policy's scope,
+// with what the headers say of it, built once. Each slice has len == cap,
+// so a later Header.Add copies instead of writing into the shared array.
+type quota struct {
+	scope    string
+	limit    core.Limit
+	name     string   // the draft's list member name
+	member   string   // the same, as a structured-field string
+	capacity []string // X-RateLimit-Limit
+	policy   string   // its RateLimit-Policy list member
+}
+
+// quotasOf returns the quotas of a policy's limits. The first is named as
+// the policy; the others add the period their state is kept under, and
+// their algorithm where two share a period: "api", "api-1h",
+// "api-1h-fixed_window".
+func quotasOf(scope string, limits []core.Limit) []quota {
+	quotas := make([]quota, len(limits))
+	for i, l := range limits {
+		name := scope
+		if i > 0 {
+			variant, period := limitState(l)
+			name += "-" + period
+			for _, m := range limits[:i] {
+				if m.Period == l.Period {
+					name += "-" + strings.ReplaceAll(variant, ":", "-")
+					break
+				}
+			}
+		}
+		quotas[i] = quota{scope: scope, limit: l, name: name, member: sfString(name),
+			capacity: []string{strconv.Itoa(l.Capacity())},
+			policy:   policyItem(name, l),
+		}
+	}
+	return quotas
+}
+
+// sfString writes a name as a structured-field String (RFC 9651, with
+// github.com/dunglas/httpsfv). Names are checked to be printable ASCII
+// when the policy is built, so this cannot fail.
+func sfString(name string) string {
+	s, err := httpsfv.Marshal(httpsfv.NewItem(name))
+	if err != nil {
+		panic(fmt.Sprintf("redlimit: policy name %q: %v", name, err))
+	}
+	return s
+}
+
+// maxWindow bounds the whole-second window a sub-second or fractional
+// period is scaled up to in RateLimit-Policy.
+const maxWindow = time.Hour
+
+// policyItem is the RateLimit-Policy list member of a limit named name:
+// "name";q=<quota>;w=<window in seconds>, with ;redlimit-burst=<capacity>
+// where the capacity differs from q; for a Concurrency limit
+// "name";q=<in flight>;qu="concurrent-requests". The draft's window is a positive whole
+// number of seconds: a period that is not one is scaled up to the shortest
+// whole-second window it divides (3 per 500ms is q=6;w=1); if that is
+// longer than maxWindow, the window is the period rounded up and q the
+// most that window surely allows, rounded down.
+func policyItem(name string, l core.Limit) string {
+	item := httpsfv.NewItem(name)
+	if l.Algorithm == core.Concurrency { // no window: requests in flight
+		item.Params.Add("q", int64(l.Rate))
+		item.Params.Add("qu", "concurrent-requests")
+		return sfList(name, item)
+	}
+	period, second := int64(l.Period/time.Microsecond), int64(time.Second/time.Microsecond)
+	gcd := new(big.Int).GCD(nil, nil, big.NewInt(period), big.NewInt(second)).Int64()
+	window := period / gcd * second // lcm(period, 1s), in µs
+	q := int64(l.Rate) * (window / period)
+	if window > int64(maxWindow/time.Microsecond) {
+		window = (period + second - 1) / second * second
+		q = int64(l.Rate) * window / period
+	}
+	item.Params.Add("q", q)
+	item.Params.Add("w", window/second)
+	if c := int64(l.Capacity()); c != q {
+		item.Params.Add("redlimit-burst", c)
+	}
+	return sfList(name, item)
+}
+
+// sfList writes item as a structured-field list of one member.
+func sfList(name string, item httpsfv.Item) string {
+	s, err := httpsfv.Marshal(httpsfv.List{item})
+	if err != nil {
+		panic(fmt.Sprintf("redlimit: RateLimit-Policy of %q: %v", name, err))
+	}
+	return s
+}
+
+// headers writes the rate-limit fields of d, decided under quotas with
+// each one's result in each, to h under the names n: an http.Header with
+// httpFields, gRPC metadata with metadataFields. The X-RateLimit fields describe the binding
+// limit; the draft's list every quota, in one field line each, with t (the
+// seconds until more quota is available) left out where it is 0 on an
+// allowed answer (nothing more to come) or, on a denial, would be later
+// than Retry-After. A policy that answers after another on the same
+// request (nested middleware) adds its members to the draft's lists, and
+// its X-RateLimit fields replace the others' only if it has fewer
+// remaining.
+func (a *answerer) headers(h map[string][]string, n *fieldNames, d *Decision, quotas []quota, each []core.Result) {
+	denied := !d.Result.Allowed
+	if denied {
+		h[n.retryAfter] = []string{strconv.FormatInt(d.retryAfter, 10)}
+	}
+	if a.profile == HeadersNone {
+		return
+	}
+	if (a.profile == HeadersXRateLimit || a.profile == HeadersBoth) && (denied || !moreRestrictive(h, n, d.Result.Remaining)) {
+		b := d.binding
+		reset := seconds(each[b].ResetAfter)
+		if a.resetUnix {
+			reset = time.Now().Add(each[b].ResetAfter + time.Second - 1).Unix()
+		}
+		vals := []string{strconv.Itoa(max(0, d.Result.Remaining)), strconv.FormatInt(reset, 10)}
+		h[n.limit] = quotas[b].capacity
+		h[n.remaining] = vals[0:1:1]
+		h[n.reset] = vals[1:2:2]
+	}
+	if a.profile == HeadersDraft || a.profile == HeadersBoth {
+		pk := ""
+		if a.pkSecret != nil {
+			pk = a.partitionKey(d.Key)
+		}
+		var rl, pol strings.Builder
+		for i, q := range quotas {
+			if i > 0 {
+				rl.WriteString(", ")
+				pol.WriteString(", ")
+			}
+			r := each[i]
+			rl.WriteString(q.member)
+			rl.WriteString(";r=")
+			rl.WriteString(strconv.Itoa(max(0, r.Remaining)))
+			if t := seconds(r.NextAfter); t > 0 && (!denied || t <= d.retryAfter) {
+				rl.WriteString(";t=")
+				rl.WriteString(strconv.FormatInt(t, 10))
+			}
+			rl.WriteString(pk)
+			pol.WriteString(q.policy)
+		}
+		addToList(h, n.rateLimit, rl.String())
+		addToList(h, n.policy, pol.String())
+	}
+}
+
+// addToList sets the list field name to members, one field line, after
+// the members a policy that answered first put there.
+func addToList(h map[string][]string, name, members string) {
+	if prev := h[name]; len(prev) > 0 {
+		members = strings.Join(prev, ", ") + ", " + members
+	}
+	h[name] = []string{members}
+}
+
+// moreRestrictive reports whether h already carries an X-RateLimit-Remaining
+// no greater than remaining, from a policy that answered first.
+func moreRestrictive(h map[string][]string, n *fieldNames, remaining int) bool {
+	prev, ok := h[n.remaining]
+	if !ok || len(prev) != 1 {
+		return false
+	}
+	v, err := strconv.Atoi(prev[0])
+	return err == nil && v <= remaining
+}
+
+// retryAfter is the Retry-After of a denial that must wait d: whole
+// seconds, rounded up, at least 1, plus the jitter, which only adds.
+func (a *answerer) retryAfter(d time.Duration) int64 {
+	if a.jitter > 0 && d < core.InfDuration-a.jitter {
+		d += rand.N(a.jitter)
+	}
+	return max(1, seconds(d))
+}
+
+// partitionKey is the draft's pk parameter for key: ";pk=:<base64>:".
+func (a *answerer) partitionKey(key string) string {
+	mac := hmac.New(sha256.New, a.pkSecret)
+	mac.Write([]byte(key))
+	pk, err := httpsfv.Marshal(httpsfv.NewItem(mac.Sum(nil)[:12]))
+	if err != nil { // not reached: any bytes are a Byte Sequence
+		return ""
+	}
+	return ";pk=" + pk
+}
+
+// seconds rounds d up to whole seconds.
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	if d > core.InfDuration-time.Second {
+		return int64(core.InfDuration / time.Second)
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
