@@ -6,15 +6,18 @@ import "testing"
 // core from 68 exported names to 44 and the root package from 76 to 46;
 // the lifecycle added core's Concurrency, Reserve, Reservation (Result,
 // Settle, Release) and ErrSettled, and the root's WithResponseCost (the
-// redesign issue planned about ten). A name added past these bounds needs
-// a reason (and a new bound here).
+// redesign issue planned about ten). Issue 24 added the root's
+// WithMaxCost; issue 25's one request flow added the root's Request (with
+// Values), ServeRequest and WithRequestKey, which every protocol's adapter
+// builds on. A name added
+// past these bounds needs a reason (and a new bound here).
 func TestBudget(t *testing.T) {
 	for _, c := range []struct {
 		dir  string
 		most int
 	}{
 		{"../../../core", 51},
-		{"../../..", 50},
+		{"../../..", 53},
 	} {
 		n, err := count(c.dir)
 		if err != nil {
