@@ -96,7 +96,7 @@ func ExampleParseLimits() {
 	fmt.Println(err)
 	// Output:
 	// [10/s 1000/h fixed_window] <nil>
-	// "10/s, 20/s": redlimit: invalid limit: 10/s and 20/s on one key would share state; give them different periods or algorithms (or scopes)
+	// "10/s, 20/s": redlimit: invalid limit: 10/s and 20/s on one key would share state; give them different periods, algorithms or units (or scopes)
 }
 
 func ExampleParseLimit() {
