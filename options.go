@@ -114,9 +114,10 @@ func WithKey(f keyfunc.Func) Option {
 
 // WithRequestKey sets how requests of any protocol are told apart, by
 // their description, in place of WithKey's function (the later of the two
-// wins). It is for adapters of protocols other than HTTP: grpclimit keys
-// calls with it. A request for which key fails is answered as by WithKey.
-// key must be safe for concurrent use.
+// wins). It is for code that decides requests of other protocols with
+// ServeRequest (grpclimit's WithKey and WithIPKey key calls for you). A
+// request for which key fails is answered as by WithKey. key must be safe
+// for concurrent use.
 func WithRequestKey(key func(q Request) (string, error)) Option {
 	return func(c *options) {
 		c.Key, c.HTTPOnly.Key = nil, "" // nil: refused, as WithKey(nil) is
