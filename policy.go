@@ -337,8 +337,8 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 }
 
 // invalid is the verdict on a request without a key, or whose limits are
-// wrong: 400, or a pass in a dry run. A request without a key is logged at
-// warn level, one whose limits or cost cannot decide it (a configuration
+// wrong: 400, or a pass in a dry run. A request without a key, or whose
+// limits could not be picked, is logged at warn level, one whose limits or cost cannot decide it (a configuration
 // error: core.ErrInvalidLimit, core.ErrInvalidCost) at error level; each
 // at most once a second per policy, with the error and how many it left
 // out: a key function that never finds its key answers every request 400.
@@ -354,12 +354,23 @@ func (p *policy) invalid(ctx context.Context, d Decision, err error) Decision {
 		}
 		return d
 	}
+	what := "redlimit: request without a rate limit key"
+	if errors.As(err, new(pickError)) {
+		what = "redlimit: the request's limits could not be picked"
+	}
 	if skipped, ok := p.keyLog.allow(time.Now()); ok {
-		p.log.WarnContext(ctx, "redlimit: request without a rate limit key", "policy", p.name,
+		p.log.WarnContext(ctx, what, "policy", p.name,
 			"status", d.Status, "error", err, "requests_not_logged", skipped)
 	}
 	return d
 }
+
+// pickError is an error of the function that picks a request's limits
+// (WithRequestLimits, grpclimit.WithLimits).
+type pickError struct{ err error }
+
+func (e pickError) Error() string { return "redlimit: the request's limits: " + e.err.Error() }
+func (e pickError) Unwrap() error { return e.err }
 
 // isConfigError reports an error of the limits or cost a request is
 // decided by, which the service's configuration, not the client, got
@@ -378,7 +389,7 @@ func (p *policy) requestQuotas(q *Request) ([]quota, error) {
 	limits, err := p.Limits(q)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("redlimit: the request's limits: %w", err)
+		return nil, pickError{err}
 	case limits == nil:
 		return p.quotas, nil
 	case len(limits)+p.inherits > bridge.MaxLimits:
