@@ -35,7 +35,7 @@ func Serve(p Policy, w http.ResponseWriter, r *http.Request, next func(http.Resp
 		pol.answer.deny(w, r, d)
 	case held != nil:
 		var sw *statusWriter
-		if pol.responseCost != nil { // WithResponseCost is told the status
+		if pol.ResponseCost != nil { // WithResponseCost is told the status
 			sw = &statusWriter{ResponseWriter: w}
 			w = sw
 		}
@@ -89,7 +89,7 @@ func (p *policy) serveHeld(q *Request, held *core.Reservation, next func() (stat
 	cost := -1 // the reserved n
 	defer func() { p.settle(q.Context, held, cost) }()
 	status, header := next()
-	if p.responseCost != nil {
-		cost = p.boundCost(q.Context, p.responseCost(q.HTTP, status, header))
+	if p.ResponseCost != nil {
+		cost = p.boundCost(q.Context, p.ResponseCost(q, status, header))
 	}
 }

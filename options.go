@@ -5,30 +5,36 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/policyconf"
 	"github.com/redlimit/redlimit/keyfunc"
 )
 
-// Option configures a policy. Every adapter (nethttp, ginlimit, echolimit)
-// takes the same Options; a rules table gives each of its rules the same.
-type Option func(*config)
+// Option configures a policy. Every adapter (nethttp, ginlimit, echolimit,
+// grpclimit's With) takes the same Options; a rules table gives each of
+// its rules the same.
+//
+// The options that take a function of an *http.Request (WithKey, WithSkip,
+// WithRequestLimits, WithObserver, WithResponseCost, WithDenyHandler) are
+// HTTP's: a request of another protocol (Request.HTTP nil) has no
+// *http.Request to give them. What each does then is in its
+// documentation; grpclimit has options of its own that read a call.
+type Option func(*options)
 
-// config is what the Options of a policy say.
+// options is what the Options of a policy say: the functions of a request
+// in the form every protocol calls, and config, the rest. It is in an
+// internal package so that grpclimit can set those functions in that form.
+type options = policyconf.Config[Request, Decision, config]
+
+// config is what the Options of a policy say, but for the functions of a
+// request.
 type config struct {
-	name string
-	also []core.Limit
-	pick func(*http.Request) ([]core.Limit, error)
-	key  keyfunc.Func
-	// requestKey: WithRequestKey's; when set, it keys every request
-	requestKey func(Request) (string, error)
-	cost       int
-	skip       func(*http.Request) bool
-	observe    func(*http.Request, Decision)
-	failure    Failure
-	dryRun     bool
-	answer     answerer
-	// responseCost: WithResponseCost's
-	responseCost func(r *http.Request, status int, header http.Header) int
-	maxCost      int // WithMaxCost's; 0: defaultMaxCost
+	name    string
+	also    []core.Limit
+	cost    int
+	failure Failure
+	dryRun  bool
+	answer  answerer
+	maxCost int // WithMaxCost's; 0: defaultMaxCost
 }
 
 // WithName names the policy. The name is the scope of its state in Redis,
@@ -41,7 +47,7 @@ type config struct {
 // its metrics series) across a change of rate. A name is 1 to 256 bytes of
 // printable ASCII.
 func WithName(name string) Option {
-	return func(c *config) { c.name = name }
+	return func(c *options) { c.Rest.name = name }
 }
 
 // WithAlso enforces more limits together with the policy's own, for the
@@ -52,7 +58,7 @@ func WithName(name string) Option {
 // state with another of the policy (same algorithm and period) are an
 // error at construction.
 func WithAlso(limits ...core.Limit) Option {
-	return func(c *config) { c.also = append(c.also, limits...) }
+	return func(c *options) { c.Rest.also = append(c.Rest.also, limits...) }
 }
 
 // WithRequestLimits picks the limits of each request, in place of the
@@ -67,28 +73,56 @@ func WithAlso(limits ...core.Limit) Option {
 // errors, logged at error level and observed with a Decision.Err wrapping
 // core.ErrInvalidLimit or core.ErrInvalidCost. pick must be safe for
 // concurrent use. Not for rules tables, whose rules say their limits.
+// pick reads HTTP requests: a request of another protocol is decided by
+// the policy's own limits, and grpclimit refuses the option (its WithLimits
+// picks a call's).
 func WithRequestLimits(pick func(r *http.Request) ([]core.Limit, error)) Option {
-	return func(c *config) { c.pick = pick }
+	return func(c *options) {
+		c.Limits, c.HTTPOnly.Limits = nil, ""
+		if pick != nil {
+			c.Limits = func(q *Request) ([]core.Limit, error) {
+				if q.HTTP == nil {
+					return nil, nil
+				}
+				return pick(q.HTTP)
+			}
+			c.HTTPOnly.Limits = "redlimit.WithRequestLimits"
+		}
+	}
 }
 
 // WithKey sets how requests are told apart. The default is keyfunc.IP():
 // the peer address, ignoring forwarding headers. A request for which the
 // Func fails is answered 400 Bad Request; use keyfunc.First to fall back
-// to another key instead.
+// to another key instead. f reads HTTP requests: a request of another
+// protocol has no key under it (400), and grpclimit refuses the option at
+// construction (its WithKey and WithIPKey key calls).
 func WithKey(f keyfunc.Func) Option {
-	return func(c *config) { c.key, c.requestKey = f, nil }
+	return func(c *options) {
+		c.Key, c.HTTPOnly.Key = nil, ""
+		if f != nil {
+			c.Key = func(q *Request) (string, error) {
+				if q.HTTP == nil {
+					return "", errNotHTTP
+				}
+				return f(q.HTTP)
+			}
+			c.HTTPOnly.Key = "redlimit.WithKey"
+		}
+	}
 }
 
 // WithRequestKey sets how requests of any protocol are told apart, by
 // their description, in place of WithKey's function (the later of the two
-// wins). It is for adapters of protocols other than HTTP: grpclimit keys
-// calls with it. A request for which key fails is answered as by WithKey.
-// key must be safe for concurrent use.
+// wins). It is for code that decides requests of other protocols with
+// ServeRequest (grpclimit's WithKey and WithIPKey key calls for you). A
+// request for which key fails is answered as by WithKey. key must be safe
+// for concurrent use.
 func WithRequestKey(key func(q Request) (string, error)) Option {
-	return func(c *config) {
-		c.key, c.requestKey = nil, key
-		if key == nil {
-			c.key = nil // refused, as WithKey(nil) is
+	return func(c *options) {
+		c.Key, c.HTTPOnly.Key = nil, "" // nil: refused, as WithKey(nil) is
+		if key != nil {
+			c.Key = func(q *Request) (string, error) { return key(*q) }
 		}
 	}
 }
@@ -101,20 +135,28 @@ func WithRequestKey(key func(q Request) (string, error)) Option {
 // count in the same unit: X-RateLimit-Remaining is the events left, so a
 // request of cost n uses n of them.
 func WithCost(n int) Option {
-	return func(c *config) { c.cost = n }
+	return func(c *options) { c.Rest.cost = n }
 }
 
 // WithSkip exempts the requests for which skip returns true (health checks,
 // allow-lists): they pass without a decision and without headers. The
-// default skips nothing.
+// default skips nothing. skip reads HTTP requests: a request of another
+// protocol is never skipped by it, and grpclimit refuses the option (its
+// WithSkip exempts calls).
 func WithSkip(skip func(r *http.Request) bool) Option {
-	return func(c *config) { c.skip = skip }
+	return func(c *options) {
+		c.Skip, c.HTTPOnly.Skip = nil, ""
+		if skip != nil {
+			c.Skip = func(q *Request) bool { return q.HTTP != nil && skip(q.HTTP) }
+			c.HTTPOnly.Skip = "redlimit.WithSkip"
+		}
+	}
 }
 
 // WithFailure sets what happens when Redis fails or does not answer in
 // time; the default is FailOpen.
 func WithFailure(f Failure) Option {
-	return func(c *config) { c.failure = f }
+	return func(c *options) { c.Rest.failure = f }
 }
 
 // WithDryRun makes the policy decide and report but never block: every
@@ -124,7 +166,7 @@ func WithFailure(f Failure) Option {
 // Redis failures pass too, whatever the failure policy. Use it to roll out
 // a new limit.
 func WithDryRun() Option {
-	return func(c *config) { c.dryRun = true }
+	return func(c *options) { c.Rest.dryRun = true }
 }
 
 // WithObserver calls observe with every decision, after it is made and
@@ -133,21 +175,21 @@ func WithDryRun() Option {
 // which are also logged through the Limiter's logger (core.WithLogger) at
 // most once a second per policy. Several WithObserver options each see
 // every decision, in the order given. Without one, Decision.Duration is
-// not measured. observe must be fast and safe for concurrent use.
+// not measured. observe must be fast and safe for concurrent use. r is
+// nil for a request of another protocol (a gRPC call): observe sees its
+// decision all the same (promlimit's and otellimit's observers count it);
+// grpclimit's WithObserver gives an observer the call's context and method.
 func WithObserver(observe func(r *http.Request, d Decision)) Option {
-	return func(c *config) {
-		if prev := c.observe; prev != nil {
-			c.observe = func(r *http.Request, d Decision) { prev(r, d); observe(r, d) }
-			return
-		}
-		c.observe = observe
+	if observe == nil {
+		return func(*options) {}
 	}
+	return policyconf.Observe[Option](func(q *Request, d Decision) { observe(q.HTTP, d) })
 }
 
 // WithHeaders chooses the rate-limit response fields; the default is
 // HeadersXRateLimit.
 func WithHeaders(profile HeaderProfile) Option {
-	return func(c *config) { c.answer.profile = profile }
+	return func(c *options) { c.Rest.answer.profile = profile }
 }
 
 // WithResetUnix makes X-RateLimit-Reset the Unix time, in whole seconds
@@ -155,7 +197,7 @@ func WithHeaders(profile HeaderProfile) Option {
 // go-chi/httprate send it. The default is the number of seconds from now,
 // which needs no synchronised clocks.
 func WithResetUnix() Option {
-	return func(c *config) { c.answer.resetUnix = true }
+	return func(c *options) { c.Rest.answer.resetUnix = true }
 }
 
 // WithRetryAfterJitter spreads the Retry-After of denials: each is the
@@ -163,7 +205,7 @@ func WithResetUnix() Option {
 // in the same second do not all come back in the same second. It only ever
 // adds. The default, 0, adds nothing.
 func WithRetryAfterJitter(max time.Duration) Option {
-	return func(c *config) { c.answer.jitter = max }
+	return func(c *options) { c.Rest.answer.jitter = max }
 }
 
 // WithPartitionKey adds the draft's pk parameter to every RateLimit list
@@ -172,7 +214,7 @@ func WithRetryAfterJitter(max time.Duration) Option {
 // of it. secret must be at least 16 bytes and the same on every instance.
 // The default sends no pk.
 func WithPartitionKey(secret []byte) Option {
-	return func(c *config) { c.answer.pkSecret = append([]byte(nil), secret...) }
+	return func(c *options) { c.Rest.answer.pkSecret = append([]byte(nil), secret...) }
 }
 
 // WithProblemDetails answers requests that do not pass with an RFC 9457
@@ -181,7 +223,7 @@ func WithPartitionKey(secret []byte) Option {
 // "violated-policies"; 503 and 400 as about:blank. The default is the
 // JSON body {"error":"...","retry_after":N}.
 func WithProblemDetails() Option {
-	return func(c *config) { c.answer.problem = true }
+	return func(c *options) { c.Rest.answer.problem = true }
 }
 
 // WithDenyHandler replaces the answer to a request that does not pass:
@@ -190,7 +232,7 @@ func WithProblemDetails() Option {
 // it is called; it writes the status and body. The default writes
 // {"error":"...","retry_after":N} as JSON, the same in every adapter.
 func WithDenyHandler(deny func(w http.ResponseWriter, r *http.Request, d Decision)) Option {
-	return func(c *config) { c.answer.handler = deny }
+	return func(c *options) { c.Rest.answer.handler = deny }
 }
 
 // WithResponseCost settles every admitted request after its handler
@@ -205,8 +247,16 @@ func WithDenyHandler(deny func(w http.ResponseWriter, r *http.Request, d Decisio
 // that n; a negative cost is logged as an invalid response cost and the
 // reserved one stands; either way the request's slots are freed. cost
 // must be safe for concurrent use. docs/lifecycle.md shows the patterns.
+// For a request of another protocol, cost gets a nil request and a nil
+// header, and the HTTP status of its outcome (grpclimit maps a call's
+// code; its own WithResponseCost gives a cost function the call).
 func WithResponseCost(cost func(r *http.Request, status int, header http.Header) int) Option {
-	return func(c *config) { c.responseCost = cost }
+	return func(c *options) {
+		c.ResponseCost = nil
+		if cost != nil {
+			c.ResponseCost = func(q *Request, status int, header http.Header) int { return cost(q.HTTP, status, header) }
+		}
+	}
 }
 
 // defaultMaxCost is WithMaxCost's default: the largest cost a settlement
@@ -221,5 +271,5 @@ const defaultMaxCost = 1_000_000_000
 // 1e9, or the policy is refused. Without WithResponseCost it changes
 // nothing.
 func WithMaxCost(n int) Option {
-	return func(c *config) { c.maxCost = n }
+	return func(c *options) { c.Rest.maxCost = n }
 }

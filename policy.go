@@ -14,6 +14,7 @@ import (
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/internal/bridge"
+	"github.com/redlimit/redlimit/internal/policyconf"
 	"github.com/redlimit/redlimit/keyfunc"
 )
 
@@ -31,8 +32,8 @@ type Policy interface {
 // wrong; a bad limit wraps core.ErrInvalidLimit. The adapters' New
 // functions call it, and panic on its error.
 func NewPolicy(lim *core.Limiter, limit core.Limit, opts ...Option) (Policy, error) {
-	c := newConfig(opts)
-	p, err := c.policy(lim, append([]core.Limit{limit}, c.also...))
+	c := newOptions(opts)
+	p, err := newPolicy(&c, lim, append([]core.Limit{limit}, c.Rest.also...))
 	if err != nil {
 		return nil, err
 	}
@@ -92,22 +93,11 @@ func (p *policy) reportSettleError(ctx context.Context, err error) {
 // a keyfunc.Func.
 var errNotHTTP = fmt.Errorf("%w: the key function (redlimit.WithKey) reads HTTP requests, and this request is of another protocol", keyfunc.ErrNoKey)
 
-// keyOf returns q's key, by WithRequestKey's function or, for an HTTP
-// request, WithKey's.
-func (p *policy) keyOf(q *Request) (string, error) {
-	switch {
-	case p.requestKey != nil:
-		return p.requestKey(*q)
-	case q.HTTP == nil:
-		return "", errNotHTTP
-	}
-	return p.key(q.HTTP)
-}
-
 // policy is one or more limits with everything a request needs to be
 // decided under them: its options, checked, and what they are worked out
 // to. It is built once and only read afterwards.
 type policy struct {
+	policyconf.Funcs[Request, Decision]
 	config
 	lim      *core.Limiter
 	quotas   []quota  // what a request is decided under: a rules table's catch-all's, then its own
@@ -130,16 +120,20 @@ const (
 	hashKeysOver = 128 // longer keys are replaced by their SHA-256, so a client cannot make Redis store long keys
 )
 
-func newConfig(opts []Option) config {
-	c := config{key: keyfunc.IP(), cost: 1}
+// newOptions applies opts to the defaults: keyfunc.IP's key, a cost of 1.
+func newOptions(opts []Option) options {
+	var c options
+	WithKey(keyfunc.IP())(&c)
+	c.Rest.cost = 1
 	for _, opt := range opts {
 		opt(&c)
 	}
 	return c
 }
 
-// policy checks c and builds a policy of limits with it.
-func (c *config) policy(lim *core.Limiter, limits []core.Limit) (*policy, error) {
+// newPolicy checks o and builds a policy of limits with it.
+func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, error) {
+	c := &o.Rest
 	if lim == nil {
 		return nil, errors.New("redlimit: nil *core.Limiter")
 	}
@@ -152,7 +146,7 @@ func (c *config) policy(lim *core.Limiter, limits []core.Limit) (*policy, error)
 	}
 	burst := smallestBurst(limits)
 	switch {
-	case c.key == nil && c.requestKey == nil:
+	case o.Key == nil:
 		return nil, errors.New("redlimit: WithKey(nil)")
 	case c.cost < 1 || c.cost > burst:
 		return nil, fmt.Errorf("redlimit: cost %d must be between 1 and the burst of %v (%d)", c.cost, formatLimits(limits), burst)
@@ -173,7 +167,7 @@ func (c *config) policy(lim *core.Limiter, limits []core.Limit) (*policy, error)
 	if err := c.answer.check(); err != nil {
 		return nil, err
 	}
-	p := &policy{config: *c, lim: lim, quotas: quotasOf(name, limits), log: limiterLog(lim)}
+	p := &policy{Funcs: o.Funcs, config: *c, lim: lim, quotas: quotasOf(name, limits), log: limiterLog(lim)}
 	p.name, p.also = name, nil
 	if p.maxCost == 0 {
 		p.maxCost = defaultMaxCost
@@ -201,7 +195,7 @@ func smallestBurst(limits []core.Limit) int {
 // made one.
 func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (Decision, *core.Reservation) {
 	var start time.Time
-	if p.observe != nil {
+	if p.Observe != nil {
 		start = time.Now()
 	}
 	s := scratches.Get().(*scratch)
@@ -225,9 +219,9 @@ func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (
 		p.settle(q.Context, held, -1)
 		held = nil
 	}
-	if p.observe != nil {
+	if p.Observe != nil {
 		d.Duration = time.Since(start)
-		p.observe(q.HTTP, d)
+		p.Observe(q, d)
 	}
 	return d, held
 }
@@ -262,11 +256,11 @@ func (s *scratch) reset() {
 // describe, nil when they should say nothing.
 func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 	d := Decision{Policy: p.name}
-	if p.skip != nil && q.HTTP != nil && p.skip(q.HTTP) {
+	if p.Skip != nil && p.Skip(q) {
 		d.Outcome = OutcomeSkipped
 		return d, nil
 	}
-	key, err := p.keyOf(q)
+	key, err := p.Key(q)
 	var quotas []quota
 	if err == nil {
 		d.Key = hashLong(key)
@@ -282,7 +276,7 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 	for i, q := range quotas {
 		scopes[i], limits[i] = q.scope, q.limit
 	}
-	if p.responseCost != nil || holdsSlots(limits) {
+	if p.ResponseCost != nil || holdsSlots(limits) {
 		var held *core.Reservation
 		held, d.binding, d.Err = reserve(p.lim, ctx, d.Key, scopes, limits, p.cost, each)
 		if d.Err == nil {
@@ -343,8 +337,8 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 }
 
 // invalid is the verdict on a request without a key, or whose limits are
-// wrong: 400, or a pass in a dry run. A request without a key is logged at
-// warn level, one whose limits or cost cannot decide it (a configuration
+// wrong: 400, or a pass in a dry run. A request without a key, or whose
+// limits could not be picked, is logged at warn level, one whose limits or cost cannot decide it (a configuration
 // error: core.ErrInvalidLimit, core.ErrInvalidCost) at error level; each
 // at most once a second per policy, with the error and how many it left
 // out: a key function that never finds its key answers every request 400.
@@ -360,12 +354,23 @@ func (p *policy) invalid(ctx context.Context, d Decision, err error) Decision {
 		}
 		return d
 	}
+	what := "redlimit: request without a rate limit key"
+	if errors.As(err, new(pickError)) {
+		what = "redlimit: the request's limits could not be picked"
+	}
 	if skipped, ok := p.keyLog.allow(time.Now()); ok {
-		p.log.WarnContext(ctx, "redlimit: request without a rate limit key", "policy", p.name,
+		p.log.WarnContext(ctx, what, "policy", p.name,
 			"status", d.Status, "error", err, "requests_not_logged", skipped)
 	}
 	return d
 }
+
+// pickError is an error of the function that picks a request's limits
+// (WithRequestLimits, grpclimit.WithLimits).
+type pickError struct{ err error }
+
+func (e pickError) Error() string { return "redlimit: the request's limits: " + e.err.Error() }
+func (e pickError) Unwrap() error { return e.err }
 
 // isConfigError reports an error of the limits or cost a request is
 // decided by, which the service's configuration, not the client, got
@@ -375,16 +380,16 @@ func isConfigError(err error) bool {
 }
 
 // requestQuotas returns what q is decided under: the policy's quotas, or,
-// with WithRequestLimits, the catch-all's and the limits q picked (an HTTP
-// request's; a request of another protocol picks none).
+// with WithRequestLimits (grpclimit.WithLimits for a call), the
+// catch-all's and the limits q picked.
 func (p *policy) requestQuotas(q *Request) ([]quota, error) {
-	if p.pick == nil || q.HTTP == nil {
+	if p.Limits == nil {
 		return p.quotas, nil
 	}
-	limits, err := p.pick(q.HTTP)
+	limits, err := p.Limits(q)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("redlimit: the request's limits: %w", err)
+		return nil, pickError{err}
 	case limits == nil:
 		return p.quotas, nil
 	case len(limits)+p.inherits > bridge.MaxLimits:

@@ -451,3 +451,46 @@ func TestDefaultMaxCost(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPOptionsWithoutHTTP: the options of an *http.Request meet a
+// request of another protocol (ServeRequest) as documented: WithKey finds
+// no key (400), WithSkip skips nothing, WithRequestLimits picks the
+// policy's own limits, WithObserver and WithResponseCost get a nil
+// request; none is asked with a nil request it would have to check.
+func TestHTTPOptionsWithoutHTTP(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t)
+	call := redlimit.Request{Context: t.Context(), Method: http.MethodPost, Route: "/pkg.S/M", Path: "/pkg.S/M", Peer: "192.0.2.1:1234"}
+	byPeer := redlimit.WithRequestKey(func(q redlimit.Request) (string, error) { return q.Peer, nil })
+	asked := 0
+	var observed []*http.Request
+	var costs []int
+	p := mustPolicy(t, lim, core.PerMinute(3), byPeer,
+		redlimit.WithSkip(func(*http.Request) bool { asked++; return true }),
+		redlimit.WithRequestLimits(func(*http.Request) ([]core.Limit, error) { asked++; return []core.Limit{core.PerMinute(1)}, nil }),
+		redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) { observed = append(observed, r) }),
+		redlimit.WithResponseCost(func(r *http.Request, status int, h http.Header) int {
+			if r != nil || h != nil {
+				t.Errorf("response cost of a call: request %v, header %v", r, h)
+			}
+			costs = append(costs, status)
+			return 1
+		}))
+	md := map[string][]string{}
+	d := redlimit.ServeRequest(p, call, md, func() int { return http.StatusTeapot })
+	if d.Outcome != redlimit.OutcomeAllowed || d.Result.Limit != core.PerMinute(3) || md["x-ratelimit-remaining"][0] != "2" {
+		t.Errorf("decision %+v, metadata %v: want the policy's own limit, not skipped", d, md)
+	}
+	if asked != 0 || len(observed) != 1 || observed[0] != nil || len(costs) != 1 || costs[0] != http.StatusTeapot {
+		t.Errorf("asked %d, observed %v, costs %v", asked, observed, costs)
+	}
+
+	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	quiet := core.New(rdb, core.WithLogger(slog.New(slog.DiscardHandler)))
+	httpKey := mustPolicy(t, quiet, core.PerMinute(3), redlimit.WithKey(keyfunc.IP()))
+	d = redlimit.ServeRequest(httpKey, call, map[string][]string{}, func() int { t.Error("served"); return 200 })
+	if d.Status != http.StatusBadRequest || !errors.Is(d.Err, keyfunc.ErrNoKey) {
+		t.Errorf("a keyfunc.Func on a call: %d %v, want 400 wrapping keyfunc.ErrNoKey", d.Status, d.Err)
+	}
+}

@@ -31,10 +31,11 @@ type Request struct {
 	// for an HTTP request, whose header is HTTP's.
 	Metadata map[string][]string
 	// HTTP is the HTTP request, nil for a request of another protocol.
-	// The options that take an *http.Request are HTTP's: a keyfunc.Func
-	// (WithKey) finds no key in a request without one, and WithSkip and
-	// WithRequestLimits are not asked about it; WithObserver and
-	// WithResponseCost get a nil *http.Request.
+	// The options that take an *http.Request are HTTP's: without one, a
+	// keyfunc.Func (WithKey) finds no key, WithSkip skips nothing and
+	// WithRequestLimits picks the policy's own limits, and WithObserver
+	// and WithResponseCost get a nil *http.Request. grpclimit refuses the
+	// first three and has options of its own that read a call.
 	HTTP *http.Request
 }
 

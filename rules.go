@@ -174,7 +174,7 @@ func abbreviate(raw []byte) string {
 // concurrent use.
 type RuleSet struct {
 	lim   *core.Limiter
-	conf  config                    // the options of every rule, checked by NewRuleSet
+	conf  options                   // the options of every rule, checked by NewRuleSet
 	local fallback                  // FailLocal's, one for the set, whatever its updates
 	table atomic.Pointer[ruleTable] // what requests are matched against; never nil once built
 }
@@ -197,12 +197,12 @@ const catchAll = rulepattern.CatchAll
 // ErrInvalidRules. A table without rules (nil or empty) is an error
 // wrapping ErrInvalidRules, as it is for ParseRules.
 func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error) {
-	c := newConfig(opts)
-	if c.pick != nil || len(c.also) > 0 {
+	c := newOptions(opts)
+	if c.Limits != nil || len(c.Rest.also) > 0 {
 		return nil, errors.New("redlimit: WithAlso and WithRequestLimits are not for rules: write the limits in the rule")
 	}
 	rs := &RuleSet{lim: lim, conf: c}
-	if c.failure == FailLocal {
+	if c.Rest.failure == FailLocal {
 		rs.local = newFallback(lim, localKeys) // one FailLocal state for the set, as its Redis state is one
 	}
 	t, err := rs.build(rules)
@@ -272,7 +272,7 @@ func (s *RuleSet) build(rules Rules) (*ruleTable, error) {
 }
 
 // add builds the policy of one rule and enters it in the table.
-func (t *ruleTable) add(lim *core.Limiter, pattern, spec string, c config) (p *policy, err error) {
+func (t *ruleTable) add(lim *core.Limiter, pattern, spec string, c options) (p *policy, err error) {
 	var pat rulepattern.Pattern
 	if pattern != catchAll {
 		if pat, err = rulepattern.Parse(pattern); err != nil {
@@ -283,12 +283,12 @@ func (t *ruleTable) add(lim *core.Limiter, pattern, spec string, c config) (p *p
 	if err != nil {
 		return nil, err
 	}
-	c.name = pattern
+	c.Rest.name = pattern
 	if pattern != catchAll {
-		c.name = pat.Name // one state for every spelling of the pattern
+		c.Rest.name = pat.Name // one state for every spelling of the pattern
 		t.hosts = t.hosts || pat.Host != ""
 	}
-	if p, err = c.policy(lim, limits); err != nil {
+	if p, err = newPolicy(&c, lim, limits); err != nil {
 		return nil, err
 	}
 	if pattern == catchAll {

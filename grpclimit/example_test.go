@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -115,4 +117,158 @@ func ExampleWithKey() {
 	// alice /test.Echo/Shout OK
 	// bob   /test.Echo/Say   OK
 	//       /test.Echo/Say   InvalidArgument
+}
+
+// serveExample starts srv with the echo service on a free port and returns
+// a client connection to it, and a function that stops both.
+func serveExample(srv *grpc.Server) (*grpc.ClientConn, func()) {
+	(&echo{}).register(srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go srv.Serve(lis)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		panic(err)
+	}
+	return cc, func() { cc.Close(); srv.Stop() }
+}
+
+// exampleLimiter returns a Limiter on a fresh miniredis that logs nothing,
+// and a function that closes it.
+func exampleLimiter() (*core.Limiter, func()) {
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		panic(err)
+	}
+	return core.New(redis.NewClient(&redis.Options{Addr: m.Addr()}), core.WithLogger(slog.New(slog.DiscardHandler))), m.Close
+}
+
+// call calls method as user ("" for none) and prints what came back.
+func call(cc *grpc.ClientConn, user, method, value string) {
+	ctx := context.Background()
+	if user != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "user", user)
+	}
+	var header metadata.MD
+	err := cc.Invoke(ctx, method, wrapperspb.String(value), new(wrapperspb.StringValue), grpc.Header(&header))
+	fmt.Printf("%-5s %-17s %-17s remaining %v\n", user, method, status.Code(err), header.Get("x-ratelimit-remaining"))
+}
+
+func ExampleWithSkip() {
+	lim, done := exampleLimiter()
+	defer done()
+
+	// Health checks and the admin service are not limited.
+	skip := grpclimit.WithSkip(func(_ context.Context, fullMethod string) bool {
+		return strings.HasPrefix(fullMethod, "/grpc.health.v1.Health/") || strings.HasPrefix(fullMethod, "/test.Admin/")
+	})
+	cc, stop := serveExample(grpc.NewServer(grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, core.PerMinute(1), skip))))
+	defer stop()
+	for _, method := range []string{"/test.Echo/Say", "/test.Echo/Say", "/test.Admin/Reset", "/test.Admin/Reset"} {
+		call(cc, "", method, "hi")
+	}
+	// Output:
+	//       /test.Echo/Say    OK                remaining [0]
+	//       /test.Echo/Say    ResourceExhausted remaining [0]
+	//       /test.Admin/Reset OK                remaining []
+	//       /test.Admin/Reset OK                remaining []
+}
+
+func ExampleWithLimits() {
+	lim, done := exampleLimiter()
+	defer done()
+
+	// Plan tiers: each customer's limits follow its plan; the
+	// authentication interceptor before this one put the customer in the
+	// context. A customer of no known plan ends InvalidArgument.
+	plans := map[string][]core.Limit{
+		"free": {core.PerMinute(2)},
+		"pro":  {core.PerMinute(100), {Algorithm: core.FixedWindow, Rate: 10000, Period: 24 * time.Hour}},
+	}
+	tiers := grpclimit.WithLimits(func(ctx context.Context, _ string) ([]core.Limit, error) {
+		user, ok := ctx.Value(userKey{}).(string)
+		if !ok {
+			return nil, nil // the interceptor's limit
+		}
+		limits, ok := plans[planOf(user)]
+		if !ok {
+			return nil, fmt.Errorf("%s has no plan", user)
+		}
+		return limits, nil
+	})
+	perUser := grpclimit.WithKey(func(ctx context.Context, _ string) (string, error) {
+		user, _ := ctx.Value(userKey{}).(string)
+		return "user:" + user, nil
+	})
+	cc, stop := serveExample(grpc.NewServer(grpc.ChainUnaryInterceptor(authenticate,
+		grpclimit.UnaryServerInterceptor(lim, core.PerMinute(10), perUser, tiers))))
+	defer stop()
+	for _, user := range []string{"", "ann", "ann", "ann", "bea", "cid"} {
+		call(cc, user, "/test.Echo/Say", "hi")
+	}
+	// Output:
+	//       /test.Echo/Say    OK                remaining [9]
+	// ann   /test.Echo/Say    OK                remaining [1]
+	// ann   /test.Echo/Say    OK                remaining [0]
+	// ann   /test.Echo/Say    ResourceExhausted remaining [0]
+	// bea   /test.Echo/Say    OK                remaining [99]
+	// cid   /test.Echo/Say    InvalidArgument   remaining []
+}
+
+// planOf stands in for a look-up of a customer's plan.
+func planOf(user string) string {
+	return map[string]string{"ann": "free", "bea": "pro"}[user]
+}
+
+func ExampleWithObserver() {
+	lim, done := exampleLimiter()
+	defer done()
+
+	// Log every denial with the call's method and user; the decisions of
+	// calls reach promlimit's and otellimit's Metrics.Observer() too,
+	// through grpclimit.With.
+	logDenials := grpclimit.WithObserver(func(ctx context.Context, fullMethod string, d redlimit.Decision) {
+		if !d.Allowed() {
+			user, _ := ctx.Value(userKey{}).(string)
+			fmt.Printf("denied: %s by %s under %q (%s), retry in %v\n", fullMethod, user, d.Policy, d.Outcome, d.Result.RetryAfter.Round(time.Second))
+		}
+	})
+	cc, stop := serveExample(grpc.NewServer(grpc.ChainUnaryInterceptor(authenticate,
+		grpclimit.UnaryServerInterceptor(lim, core.PerMinute(1), logDenials))))
+	defer stop()
+	call(cc, "ann", "/test.Echo/Say", "hi")
+	call(cc, "ann", "/test.Echo/Shout", "hi")
+	// Output:
+	// ann   /test.Echo/Say    OK                remaining [0]
+	// denied: /test.Echo/Shout by ann under "1/m" (denied), retry in 1m0s
+	// ann   /test.Echo/Shout  ResourceExhausted remaining [0]
+}
+
+func ExampleWithResponseCost() {
+	lim, done := exampleLimiter()
+	defer done()
+
+	// A budget of 100 tokens an hour: each call is admitted while tokens
+	// remain and charged, after its handler, the tokens its reply says it
+	// used; failed calls are free.
+	tokens := grpclimit.WithResponseCost(func(_ context.Context, _ string, reply any, err error) int {
+		if err != nil {
+			return 0
+		}
+		used, _ := strconv.Atoi(reply.(*wrapperspb.StringValue).GetValue())
+		return used
+	})
+	budget := core.Limit{Algorithm: core.SlidingLog, Rate: 100, Period: time.Hour, Unit: "tokens"}
+	cc, stop := serveExample(grpc.NewServer(grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, budget, tokens))))
+	defer stop()
+	for _, used := range []string{"60", "30", "20", "5"} {
+		call(cc, "", "/test.Echo/Say", used) // the echo service replies with the value: the tokens used
+	}
+	// Output:
+	//       /test.Echo/Say    OK                remaining [99]
+	//       /test.Echo/Say    OK                remaining [39]
+	//       /test.Echo/Say    OK                remaining [9]
+	//       /test.Echo/Say    ResourceExhausted remaining [0]
 }

@@ -21,10 +21,23 @@
 // address by default (WithIPKey), giving the same "ip:..." keys as
 // keyfunc.IP on HTTP, or by a function of the call (WithKey). A policy
 // named the same on an HTTP gateway and a gRPC server shares its state.
-// The HTTP layer's functions of an *http.Request do not see calls: a
-// keyfunc.Func given through With finds no key (the call ends
-// InvalidArgument), redlimit.WithSkip and WithRequestLimits are not asked,
-// and WithObserver's and WithResponseCost's functions get a nil request.
+//
+// What the HTTP layer does with functions of an *http.Request, this
+// package does with functions of the call's context and full method:
+//
+//	HTTP (redlimit)              gRPC (grpclimit)
+//	WithKey(keyfunc.Func)        WithKey, WithIPKey
+//	WithSkip                     WithSkip
+//	WithRequestLimits            WithLimits
+//	WithObserver                 WithObserver
+//	WithResponseCost             WithResponseCost
+//
+// redlimit.WithKey, WithSkip and WithRequestLimits given through With
+// would never see a call: the interceptors refuse them at construction,
+// naming the option to use. redlimit.WithObserver's and
+// WithResponseCost's functions are called for calls, with a nil
+// *http.Request (so promlimit's and otellimit's observers count calls as
+// they are).
 //
 // # Answers
 //
@@ -44,11 +57,12 @@
 //   - Redis failing under redlimit.FailClosed: codes.Unavailable,
 //     "rate limiter unavailable", RetryInfo of 1 s and retry-after: 1;
 //   - no key: codes.InvalidArgument, "request has no rate limit key";
-//     limits picked by redlimit.WithRequestLimits that are invalid, or
-//     whose burst is below redlimit.WithCost's n: codes.InvalidArgument,
-//     "request's rate limits are invalid" or "request costs more than its
-//     rate limit allows"; each logged as on HTTP; the status never
-//     carries the error's details;
+//     WithLimits' function failing: codes.InvalidArgument, "request's
+//     rate limits could not be chosen"; limits it picked that are invalid,
+//     or whose burst is below redlimit.WithCost's n (HTTP's 400):
+//     codes.InvalidArgument, "request's rate limits are invalid" or
+//     "request costs more than its rate limit allows"; each logged as on
+//     HTTP; the status never carries the error's details;
 //   - the client gone while a shaping limit made the call wait: the
 //     context's status (codes.Canceled or codes.DeadlineExceeded).
 //
@@ -60,8 +74,9 @@
 // A policy with a core.Concurrency limit holds a slot per call until its
 // handler returns: a unary handler, or a stream handler, that is for the
 // stream's whole life. A handler that panics frees its slot, and the panic
-// goes on up. With redlimit.WithResponseCost, each admitted call is
-// settled after its handler, and the cost function gets the HTTP status
+// goes on up. With WithResponseCost, each admitted call is settled after
+// its handler, at the cost its function returns for the handler's reply
+// and error. The same from redlimit.WithResponseCost gets the HTTP status
 // of the call's gRPC code (the usual mapping: OK 200, InvalidArgument 400,
 // Unauthenticated 401, PermissionDenied 403, NotFound 404,
 // ResourceExhausted 429, Unavailable 503, ...), a nil request and a nil
@@ -87,12 +102,14 @@ import (
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/policyconf"
 	"github.com/redlimit/redlimit/keyfunc"
 )
 
-// Option configures an interceptor: the HTTP layer's options (With), a
-// key function of the call (WithKey), and limits per method (WithRules).
-// Options apply in order; of two that set the same thing, the later wins.
+// Option configures an interceptor: redlimit's options (With), functions
+// of the call (WithKey, WithSkip, WithLimits, WithObserver,
+// WithResponseCost), and limits per method (WithRules). Options apply in
+// order; of two that set the same thing, the later wins.
 type Option func(*config)
 
 // config is what the Options of an interceptor say.
@@ -100,22 +117,24 @@ type config struct {
 	policy   []redlimit.Option
 	rules    redlimit.Rules
 	hasRules bool // WithRules was given, maybe with an empty table
+	outcomes bool // WithResponseCost was given: keep each call's outcome for it
 }
 
-// With applies options of the HTTP layer to the interceptor's policy, in
-// order, as on every adapter. Those that mean something for calls:
+// With applies redlimit's options to the interceptor's policy, in order,
+// as on every adapter. Those that mean something for calls:
 // redlimit.WithName (the state's scope and the metrics label; ignored with
 // WithRules, whose rules are named by their patterns), WithAlso,
 // WithCost, WithFailure, WithDryRun, WithObserver (so promlimit's and
 // otellimit's Metrics.Observer() attach as they are; the request is nil),
 // WithResponseCost (request and header nil), WithMaxCost, WithHeaders,
-// WithResetUnix, WithRetryAfterJitter and WithPartitionKey. Key calls with
-// WithKey or WithIPKey: redlimit.WithKey's keyfunc.Func reads HTTP
-// requests and finds no key in a call. WithSkip and WithRequestLimits
-// read HTTP requests too and are not asked about calls. WithProblemDetails
-// and WithDenyHandler shape an HTTP body that a call does not have: they
-// change nothing, and a call that does not pass always ends with the
-// status the package documentation lists.
+// WithResetUnix, WithRetryAfterJitter and WithPartitionKey.
+// redlimit.WithKey, WithSkip and WithRequestLimits take functions of an
+// *http.Request, which a call does not have: an interceptor or Limiter
+// given one of them through With (and not a later WithKey, WithIPKey,
+// WithSkip or WithLimits of this package) is refused at construction.
+// WithProblemDetails and WithDenyHandler shape an HTTP body that a call
+// does not have: they change nothing, and a call that does not pass
+// always ends with the status the package documentation lists.
 func With(opts ...redlimit.Option) Option {
 	return func(c *config) { c.policy = append(c.policy, opts...) }
 }
@@ -128,7 +147,10 @@ func With(opts ...redlimit.Option) Option {
 // is the peer's IP address (WithIPKey()). key must be safe for
 // concurrent use. Of WithKey and WithIPKey, the later wins.
 func WithKey(key func(ctx context.Context, fullMethod string) (string, error)) Option {
-	return With(redlimit.WithRequestKey(func(q redlimit.Request) (string, error) {
+	if key == nil {
+		return With(redlimit.WithRequestKey(nil)) // refused, as redlimit.WithKey(nil) is
+	}
+	return With(policyconf.Key[redlimit.Option](func(q *redlimit.Request) (string, error) {
 		return key(q.Context, q.Route)
 	}))
 }
@@ -141,7 +163,7 @@ func WithKey(key func(ctx context.Context, fullMethod string) (string, error)) O
 // only when told to. A peer on a Unix socket is keyfunc.UnixSocketKey.
 func WithIPKey(opts ...keyfunc.IPOption) Option {
 	ip := keyfunc.IPOf(opts...)
-	return With(redlimit.WithRequestKey(func(q redlimit.Request) (string, error) {
+	return With(policyconf.Key[redlimit.Option](func(q *redlimit.Request) (string, error) {
 		return ip(q.Peer, unixPeer(q.Context), q.Values)
 	}))
 }
@@ -186,17 +208,24 @@ func WithRules(rules redlimit.Rules) Option {
 // limits per method: each interceptor adds its own rate-limit fields to
 // the header metadata, so with two a client sees each field twice.
 func UnaryServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) grpc.UnaryServerInterceptor {
-	p, err := newPolicy(l, limit, opts)
+	p, c, err := newPolicy(l, limit, opts)
 	if err != nil {
 		panic(err)
 	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		md := metadata.MD{}
-		d := redlimit.ServeRequest(p, request(ctx, info.FullMethod), md, func() int {
+		q, out := request(ctx, info.FullMethod), c.outcome()
+		if out != nil {
+			q.Context = context.WithValue(ctx, outcomeKey{}, out)
+		}
+		d := redlimit.ServeRequest(p, q, md, func() int {
 			if len(md) > 0 {
 				_ = grpc.SetHeader(ctx, md) // fails only once headers were sent: never before the handler
 			}
 			resp, err = handler(ctx, req)
+			if out != nil {
+				out.reply, out.err = resp, err
+			}
 			return httpStatus(err)
 		})
 		if !d.Allowed() {
@@ -215,18 +244,25 @@ func UnaryServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) g
 // returns. It panics if the limit or an option is invalid: it runs at
 // start-up. The interceptor is safe for concurrent use.
 func StreamServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) grpc.StreamServerInterceptor {
-	p, err := newPolicy(l, limit, opts)
+	p, c, err := newPolicy(l, limit, opts)
 	if err != nil {
 		panic(err)
 	}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		ctx := ss.Context()
 		md := metadata.MD{}
-		d := redlimit.ServeRequest(p, request(ctx, info.FullMethod), md, func() int {
+		q, out := request(ctx, info.FullMethod), c.outcome()
+		if out != nil {
+			q.Context = context.WithValue(ctx, outcomeKey{}, out)
+		}
+		d := redlimit.ServeRequest(p, q, md, func() int {
 			if len(md) > 0 {
 				_ = ss.SetHeader(md)
 			}
 			err = handler(srv, ss)
+			if out != nil {
+				out.err = err
+			}
 			return httpStatus(err)
 		})
 		if !d.Allowed() {
@@ -241,29 +277,61 @@ func StreamServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) 
 
 // newPolicy checks limit and opts and builds the policy calls are decided
 // under: one for every call, or, with WithRules, a rules table whose
-// catch-all is limit.
-func newPolicy(l *core.Limiter, limit core.Limit, opts []Option) (redlimit.Policy, error) {
+// catch-all is limit. It returns what opts say too.
+func newPolicy(l *core.Limiter, limit core.Limit, opts []Option) (redlimit.Policy, config, error) {
 	c := config{policy: []redlimit.Option{defaultKey}}
 	for _, opt := range opts {
 		opt(&c)
 	}
+	if err := checkCallable(c); err != nil {
+		return nil, c, err
+	}
 	if !c.hasRules {
-		return redlimit.NewPolicy(l, limit, c.policy...)
+		p, err := redlimit.NewPolicy(l, limit, c.policy...)
+		return p, c, err
 	}
 	if len(c.rules) == 0 {
-		return nil, fmt.Errorf("%w: grpclimit.WithRules: the table has no rules", redlimit.ErrInvalidRules)
+		return nil, c, fmt.Errorf("%w: grpclimit.WithRules: the table has no rules", redlimit.ErrInvalidRules)
 	}
 	if err := limit.Validate(); err != nil {
-		return nil, fmt.Errorf("grpclimit: the interceptor's limit: %w", err)
+		return nil, c, fmt.Errorf("grpclimit: the interceptor's limit: %w", err)
 	}
 	table := redlimit.Rules{"*": limit.String()}
 	for pattern, spec := range c.rules {
 		if err := checkPattern(pattern); err != nil {
-			return nil, fmt.Errorf("%w: rule %q: %s", redlimit.ErrInvalidRules, pattern, err)
+			return nil, c, fmt.Errorf("%w: rule %q: %s", redlimit.ErrInvalidRules, pattern, err)
 		}
 		table[pattern] = spec
 	}
-	return redlimit.NewRuleSet(l, table, c.policy...)
+	p, err := redlimit.NewRuleSet(l, table, c.policy...)
+	return p, c, err
+}
+
+// checkCallable refuses the options that would never see a call: the
+// functions of an *http.Request that redlimit's WithKey, WithSkip and
+// WithRequestLimits set, and a function picking limits beside WithRules.
+func checkCallable(c config) error {
+	pc := policyconf.Apply(c.policy)
+	switch {
+	case pc.HTTPOnly.Key != "":
+		return fmt.Errorf("grpclimit: %s(keyfunc.Func) reads HTTP requests and would find no key in any call (every call would end InvalidArgument): key calls with grpclimit.WithKey, or grpclimit.WithIPKey for keyfunc.IP's client address", pc.HTTPOnly.Key)
+	case pc.HTTPOnly.Skip != "":
+		return fmt.Errorf("grpclimit: %s reads HTTP requests and would skip no call: use grpclimit.WithSkip", pc.HTTPOnly.Skip)
+	case pc.HTTPOnly.Limits != "":
+		return fmt.Errorf("grpclimit: %s reads HTTP requests and would pick no call's limits: use grpclimit.WithLimits", pc.HTTPOnly.Limits)
+	case c.hasRules && pc.Limits != nil:
+		return errors.New("grpclimit: WithLimits is not for WithRules: write the limits in the rule")
+	}
+	return nil
+}
+
+// outcome returns where a call's handler leaves its outcome for
+// WithResponseCost, nil when there is none.
+func (c *config) outcome() *outcome {
+	if !c.outcomes {
+		return nil
+	}
+	return new(outcome)
 }
 
 // checkPattern accepts "/pkg.Service/Method" and "/pkg.Service/*".
@@ -297,7 +365,7 @@ func isName(s string, dots bool) bool {
 }
 
 // defaultKey keys calls by the peer's address.
-var defaultKey = redlimit.WithRequestKey(func(q redlimit.Request) (string, error) {
+var defaultKey = policyconf.Key[redlimit.Option](func(q *redlimit.Request) (string, error) {
 	return peerIP(q.Peer, unixPeer(q.Context), q.Values)
 })
 
@@ -332,7 +400,9 @@ func refusal(ctx context.Context, d redlimit.Decision, md metadata.MD) error {
 		st = withRetry(status.New(codes.Unavailable, "rate limiter unavailable"), time.Second)
 	default:
 		switch {
-		case errors.Is(d.Err, core.ErrInvalidCost): // limits WithRequestLimits picked cannot admit the cost
+		case isLimitsError(d.Err):
+			st = status.New(codes.InvalidArgument, "request's rate limits could not be chosen")
+		case errors.Is(d.Err, core.ErrInvalidCost): // limits WithLimits picked cannot admit the cost
 			st = status.New(codes.InvalidArgument, "request costs more than its rate limit allows")
 		case errors.Is(d.Err, core.ErrInvalidLimit):
 			st = status.New(codes.InvalidArgument, "request's rate limits are invalid")

@@ -2,12 +2,14 @@ package grpclimit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -219,8 +221,8 @@ func authenticate(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler
 // TestKeys: WithKey keys by a function of the call's context and method
 // (a user an authentication interceptor put in the context, a metadata
 // value when told to read one); a call without a key ends
-// InvalidArgument, never unlimited, and so does every call under the HTTP
-// layer's keyfunc.Func, which reads HTTP requests.
+// InvalidArgument, never unlimited. (The HTTP layer's keyfunc.Func, which
+// reads HTTP requests, is refused at construction: TestConfigErrors.)
 func TestKeys(t *testing.T) {
 	t.Parallel()
 	lim, _ := embedded(t, core.WithLogger(slog.New(slog.DiscardHandler)))
@@ -260,10 +262,6 @@ func TestKeys(t *testing.T) {
 	want(t, "carol with a key", say(t, cc, "/test.Echo/Say", "user", "carol", "x-api-key", "k1"), codes.OK)
 	want(t, "carol again", say(t, cc, "/test.Echo/Say", "user", "carol", "x-api-key", "k2"), codes.ResourceExhausted)
 	want(t, "dave without an API key", say(t, cc, "/test.Echo/Say", "user", "dave"), codes.InvalidArgument)
-
-	httpKey := grpclimit.With(redlimit.WithName("http-keys"), redlimit.WithKey(keyfunc.IP()))
-	cc = serve(t, &echo{}, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, core.PerMinute(5), httpKey)))
-	want(t, "under a keyfunc.Func", say(t, cc, "/test.Echo/Say"), codes.InvalidArgument)
 }
 
 // TestFailurePolicies: with Redis down, a call passes without rate-limit
@@ -330,23 +328,197 @@ func TestAlsoAndCost(t *testing.T) {
 	}
 }
 
-// TestRequestLimitsHTTPOnly: WithRequestLimits and WithSkip read HTTP
-// requests; they are not asked about calls, which are decided under the
-// interceptor's limit.
-func TestRequestLimitsHTTPOnly(t *testing.T) {
+// TestSkip: WithSkip exempts calls by their context and method: they
+// proceed without a decision or metadata, and observers see them skipped.
+func TestSkip(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t)
+	var o observed
+	var asked atomic.Int32
+	skip := grpclimit.WithSkip(func(ctx context.Context, fullMethod string) bool {
+		asked.Add(1)
+		_, admin := ctx.Value(userKey{}).(string)
+		return fullMethod == "/test.Admin/Reset" || admin && fullMethod == "/test.Echo/Shout"
+	})
+	cc := serve(t, &echo{}, grpc.ChainUnaryInterceptor(authenticate, grpclimit.UnaryServerInterceptor(lim, core.PerMinute(1), skip, o.option())))
+	for i := 0; i < 3; i++ {
+		want(t, "skipped method", say(t, cc, "/test.Admin/Reset"), codes.OK, "x-ratelimit-limit", "")
+		want(t, "skipped by the context", say(t, cc, "/test.Echo/Shout", "user", "root"), codes.OK, "x-ratelimit-limit", "")
+	}
+	want(t, "limited", say(t, cc, "/test.Echo/Shout"), codes.OK, "x-ratelimit-limit", "1", "x-ratelimit-remaining", "0")
+	want(t, "limited again", say(t, cc, "/test.Echo/Shout"), codes.ResourceExhausted)
+	if n := asked.Load(); n != 8 {
+		t.Errorf("asked %d times, want 8", n)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var outcomes []redlimit.Outcome
+	for _, d := range o.d {
+		outcomes = append(outcomes, d.Outcome)
+	}
+	if want := []redlimit.Outcome{redlimit.OutcomeSkipped, redlimit.OutcomeSkipped, redlimit.OutcomeSkipped, redlimit.OutcomeSkipped,
+		redlimit.OutcomeSkipped, redlimit.OutcomeSkipped, redlimit.OutcomeAllowed, redlimit.OutcomeDenied}; !slices.Equal(outcomes, want) {
+		t.Errorf("outcomes %v, want %v", outcomes, want)
+	}
+}
+
+// TestLimits: WithLimits picks a call's limits by its context (plan
+// tiers), each tier with its own state; nil is the interceptor's limit. A
+// failing pick, invalid limits and limits below the cost (HTTP's 400) end
+// the call InvalidArgument, never let through, and observers get the
+// error.
+func TestLimits(t *testing.T) {
 	t.Parallel()
 	lim, _ := embedded(t, core.WithLogger(slog.New(slog.DiscardHandler)))
-	var asked atomic.Int32
-	pick := redlimit.WithRequestLimits(func(r *http.Request) ([]core.Limit, error) {
-		asked.Add(1)
-		return []core.Limit{core.PerMinute(2)}, nil
+	errUnknownPlan := errors.New("unknown plan")
+	tiers := grpclimit.WithLimits(func(ctx context.Context, fullMethod string) ([]core.Limit, error) {
+		user, _ := ctx.Value(userKey{}).(string)
+		switch user {
+		case "":
+			return nil, nil // the interceptor's limit
+		case "free":
+			return []core.Limit{core.PerMinute(4)}, nil
+		case "pro":
+			return []core.Limit{core.PerMinute(100), {Algorithm: core.FixedWindow, Rate: 1000, Period: 24 * time.Hour}}, nil
+		case "tiny":
+			return []core.Limit{core.PerMinute(1)}, nil // below the cost of 2
+		case "broken":
+			return []core.Limit{{Rate: 0, Period: time.Minute}}, nil
+		}
+		return nil, errUnknownPlan
 	})
-	skip := redlimit.WithSkip(func(*http.Request) bool { asked.Add(1); return true })
-	cc := serve(t, &echo{}, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, core.PerMinute(10),
-		grpclimit.With(pick, skip, redlimit.WithCost(5)))))
-	want(t, "the interceptor's limit", say(t, cc, "/test.Echo/Say", "plan", "small"), codes.OK, "x-ratelimit-remaining", "5")
-	if n := asked.Load(); n != 0 {
-		t.Errorf("asked %d times about a call", n)
+	perUser := grpclimit.WithKey(func(ctx context.Context, _ string) (string, error) {
+		user, _ := ctx.Value(userKey{}).(string)
+		return "user:" + user, nil
+	})
+	var o observed
+	cc := serve(t, &echo{}, grpc.ChainUnaryInterceptor(authenticate, grpclimit.UnaryServerInterceptor(lim, core.PerMinute(10),
+		perUser, tiers, grpclimit.With(redlimit.WithCost(2)), o.option())))
+	want(t, "no plan", say(t, cc, "/test.Echo/Say"), codes.OK, "x-ratelimit-limit", "10", "x-ratelimit-remaining", "8")
+	want(t, "free", say(t, cc, "/test.Echo/Say", "user", "free"), codes.OK, "x-ratelimit-limit", "4", "x-ratelimit-remaining", "2")
+	want(t, "free again", say(t, cc, "/test.Echo/Say", "user", "free"), codes.OK, "x-ratelimit-remaining", "0")
+	want(t, "free, spent", say(t, cc, "/test.Echo/Say", "user", "free"), codes.ResourceExhausted, "retry-after", "30")
+	want(t, "pro", say(t, cc, "/test.Echo/Say", "user", "pro"), codes.OK, "x-ratelimit-limit", "100", "x-ratelimit-remaining", "98")
+	for _, c := range []struct{ user, message string }{
+		{"tiny", "request costs more than its rate limit allows"},
+		{"broken", "request's rate limits are invalid"},
+		{"unknown", "request's rate limits could not be chosen"},
+	} {
+		got := say(t, cc, "/test.Echo/Say", "user", c.user)
+		want(t, c.user, got, codes.InvalidArgument, "x-ratelimit-limit", "")
+		if got.st.Message() != c.message {
+			t.Errorf("%s: %q, want %q", c.user, got.st.Message(), c.message)
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	errs := o.d[len(o.d)-3:]
+	if !errors.Is(errs[0].Err, core.ErrInvalidCost) || !errors.Is(errs[1].Err, core.ErrInvalidLimit) || !errors.Is(errs[2].Err, errUnknownPlan) {
+		t.Errorf("observed errors %v, %v, %v", errs[0].Err, errs[1].Err, errs[2].Err)
+	}
+	for _, d := range errs {
+		if d.Outcome != redlimit.OutcomeInvalid {
+			t.Errorf("outcome %v, want invalid", d.Outcome)
+		}
+	}
+}
+
+// TestObserver: WithObserver sees every decision with the call's context
+// and method, beside redlimit.WithObserver's observers (nil request), in
+// the order given.
+func TestObserver(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t)
+	type seen struct {
+		who, user, method string
+		outcome           redlimit.Outcome
+	}
+	var mu sync.Mutex
+	var got []seen
+	observer := func(ctx context.Context, fullMethod string, d redlimit.Decision) {
+		user, _ := ctx.Value(userKey{}).(string)
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, seen{"grpc", user, fullMethod, d.Outcome})
+		if d.Policy != "1/m" || d.Duration <= 0 {
+			t.Errorf("decision %+v", d)
+		}
+	}
+	httpObserver := redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, seen{"http", fmt.Sprint(r == nil), "", d.Outcome})
+	})
+	cc := serve(t, &echo{}, grpc.ChainUnaryInterceptor(authenticate, grpclimit.UnaryServerInterceptor(lim, core.PerMinute(1),
+		grpclimit.WithObserver(observer), grpclimit.With(httpObserver))))
+	want(t, "say", say(t, cc, "/test.Echo/Say", "user", "alice"), codes.OK)
+	want(t, "shout", say(t, cc, "/test.Echo/Shout", "user", "alice"), codes.ResourceExhausted)
+	count(t, cc, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []seen{
+		{"grpc", "alice", "/test.Echo/Say", redlimit.OutcomeAllowed}, {"http", "true", "", redlimit.OutcomeAllowed},
+		{"grpc", "alice", "/test.Echo/Shout", redlimit.OutcomeDenied}, {"http", "true", "", redlimit.OutcomeDenied},
+	}; !slices.Equal(got, want) {
+		t.Errorf("observed %v, want %v", got, want)
+	}
+
+	// Streams too.
+	var streams atomic.Int32
+	cc = serve(t, &echo{}, grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(lim, core.PerMinute(5),
+		grpclimit.WithObserver(func(_ context.Context, fullMethod string, d redlimit.Decision) {
+			if fullMethod == "/test.Echo/Count" && d.Outcome == redlimit.OutcomeAllowed {
+				streams.Add(1)
+			}
+		}))))
+	if r, n := count(t, cc, 2); r.code != codes.OK || n != 2 {
+		t.Fatalf("count: %v, %d", r.code, n)
+	}
+	if streams.Load() != 1 {
+		t.Errorf("observed %d streams", streams.Load())
+	}
+}
+
+// TestCallCost: WithResponseCost settles a call at the cost its function
+// returns for the handler's reply and error: tokens a reply reports, a
+// stream's error.
+func TestCallCost(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t, core.WithLogger(slog.New(slog.DiscardHandler)))
+	e := &echo{handle: func(_ context.Context, _ string, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		if in.GetValue() == "fail" {
+			return nil, status.Error(codes.Internal, "failed")
+		}
+		return wrapperspb.String("40"), nil // tokens used
+	}}
+	tokens := grpclimit.WithResponseCost(func(_ context.Context, fullMethod string, reply any, err error) int {
+		if err != nil {
+			return 0 // failures are free
+		}
+		if v, ok := reply.(*wrapperspb.StringValue); ok {
+			n, _ := strconv.Atoi(v.GetValue())
+			return n
+		}
+		return 1
+	})
+	budget := core.Limit{Algorithm: core.SlidingLog, Rate: 100, Period: time.Hour}
+	cc := serve(t, e, grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, budget, tokens)),
+		grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(lim, budget, tokens, grpclimit.With(redlimit.WithName("streams")))))
+	want(t, "first", say(t, cc, "/test.Echo/Say"), codes.OK, "x-ratelimit-remaining", "99")
+	want(t, "after 40 tokens", say(t, cc, "/test.Echo/Say"), codes.OK, "x-ratelimit-remaining", "59")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := cc.Invoke(ctx, "/test.Echo/Say", wrapperspb.String("fail"), new(wrapperspb.StringValue)); status.Code(err) != codes.Internal {
+		t.Fatal(err)
+	}
+	want(t, "after 80 tokens, the failure free", say(t, cc, "/test.Echo/Say"), codes.OK, "x-ratelimit-remaining", "19")
+	want(t, "after 120 tokens, in debt", say(t, cc, "/test.Echo/Say"), codes.ResourceExhausted)
+
+	if r, _ := count(t, cc, 1); r.code != codes.OK || r.header.Get("x-ratelimit-remaining")[0] != "99" {
+		t.Fatalf("stream: %v %v", r.code, r.header)
+	}
+	if r, _ := count(t, cc, 1); r.code != codes.OK || r.header.Get("x-ratelimit-remaining")[0] != "98" {
+		t.Fatalf("second stream, settled at 1: %v %v", r.code, r.header)
 	}
 }
 
@@ -397,6 +569,12 @@ func TestConfigErrors(t *testing.T) {
 		{core.PerSecond(1), []grpclimit.Option{grpclimit.WithRules(redlimit.Rules{"/a.B/C": "0/s"})}, `rule "/a.B/C"`},
 		{core.PerSecond(1), []grpclimit.Option{grpclimit.WithRules(redlimit.Rules{"/a.B/C": "1/s"}), grpclimit.With(redlimit.WithAlso(core.PerHour(5)))}, "not for rules"},
 		{core.PerSecond(1), []grpclimit.Option{grpclimit.With(redlimit.WithCost(2))}, "cost 2"},
+		{core.PerSecond(1), []grpclimit.Option{grpclimit.With(redlimit.WithKey(keyfunc.IP()))}, "redlimit.WithKey(keyfunc.Func) reads HTTP requests and would find no key in any call (every call would end InvalidArgument): key calls with grpclimit.WithKey, or grpclimit.WithIPKey"},
+		{core.PerSecond(1), []grpclimit.Option{grpclimit.WithIPKey(), grpclimit.With(redlimit.WithKey(keyfunc.IP()))}, "redlimit.WithKey"},
+		{core.PerSecond(1), []grpclimit.Option{grpclimit.With(redlimit.WithSkip(func(*http.Request) bool { return true }))}, "redlimit.WithSkip reads HTTP requests and would skip no call: use grpclimit.WithSkip"},
+		{core.PerSecond(1), []grpclimit.Option{grpclimit.With(redlimit.WithRequestLimits(func(*http.Request) ([]core.Limit, error) { return nil, nil }))}, "redlimit.WithRequestLimits reads HTTP requests and would pick no call's limits: use grpclimit.WithLimits"},
+		{core.PerSecond(1), []grpclimit.Option{grpclimit.WithRules(redlimit.Rules{"/a.B/C": "1/s"}), grpclimit.WithLimits(func(context.Context, string) ([]core.Limit, error) { return nil, nil })}, "WithLimits is not for WithRules"},
+		{core.PerSecond(1), []grpclimit.Option{grpclimit.WithKey(nil)}, "WithKey(nil)"},
 	} {
 		_, err := grpclimit.NewLimiter(lim, tt.limit, tt.opts...)
 		if err == nil || !strings.Contains(err.Error(), tt.says) {
@@ -413,6 +591,16 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if _, err := grpclimit.NewLimiter(lim, core.PerSecond(1), grpclimit.WithRules(redlimit.Rules{"/a.B/C": "1/s"})); err != nil {
 		t.Errorf("NewLimiter with a good rule: %v", err)
+	}
+	// What a later option of the call replaces is not refused.
+	for _, opts := range [][]grpclimit.Option{
+		{grpclimit.With(redlimit.WithKey(keyfunc.IP())), grpclimit.WithIPKey()},
+		{grpclimit.With(redlimit.WithSkip(func(*http.Request) bool { return true })), grpclimit.WithSkip(func(context.Context, string) bool { return false })},
+		{grpclimit.With(redlimit.WithRequestLimits(func(*http.Request) ([]core.Limit, error) { return nil, nil })), grpclimit.WithLimits(nil)},
+	} {
+		if _, err := grpclimit.NewLimiter(lim, core.PerSecond(1), opts...); err != nil {
+			t.Errorf("NewLimiter with an HTTP option replaced: %v", err)
+		}
 	}
 	_, err := grpclimit.NewLimiter(lim, core.PerSecond(1), grpclimit.WithRules(redlimit.Rules{"/a.B/*": "2 concurrent"}))
 	if err == nil || !strings.Contains(err.Error(), "Concurrency") {

@@ -47,7 +47,7 @@ func NewLimiter(l *core.Limiter, limit core.Limit, opts ...Option) (*Limiter, er
 	if concurrent {
 		return nil, errors.New("grpclimit: a Limiter cannot hold a Concurrency slot until the call ends: use the interceptors")
 	}
-	p, err := newPolicy(l, limit, opts)
+	p, _, err := newPolicy(l, limit, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,7 @@ import (
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/policyconf"
 )
 
 // ScopeName is the name of the meter the instruments belong to.
@@ -124,7 +125,6 @@ type Metrics struct {
 	// policies caches each policy's attribute sets, as measurement
 	// options, so that a decision builds none: name -> *policyAttrs.
 	policies sync.Map
-	observe  func(*http.Request, redlimit.Decision)
 
 	mu       sync.Mutex
 	limiters []watched
@@ -204,7 +204,6 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	if _, err = meter.RegisterCallback(m.observeBreakers, m.breakerOpen, m.breakerOpens, m.failed, m.retried, m.abandoned); err != nil {
 		return nil, fmt.Errorf("otellimit: %w", err)
 	}
-	m.observe = m.Observe
 	return m, nil
 }
 
@@ -213,18 +212,30 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 // table) whose decisions m should count.
 //
 // Observer composes with other observers: every WithObserver option of a
-// policy sees every decision.
-func (m *Metrics) Observer() redlimit.Option { return redlimit.WithObserver(m.observe) }
+// policy sees every decision. It records each in the context of its
+// request, of any protocol: an HTTP request's, a gRPC call's (give it to
+// grpclimit.With).
+func (m *Metrics) Observer() redlimit.Option {
+	return policyconf.Observe[redlimit.Option](func(q *redlimit.Request, d redlimit.Decision) { m.record(q.Context, d) })
+}
 
 // Observe counts d under its policy and outcome and, unless the request
-// was skipped, records d.Duration, in the context of r (nil r: no context).
-// It is the observer Observer plugs in, for calling from an observer of
-// your own. The attribute sets of a policy are built once, on its first
-// decision.
+// was skipped, records d.Duration, in the context of r (nil r, a request
+// of another protocol: no context). It is for calling from an observer of
+// your own; the observer Observer plugs in does the same. The attribute
+// sets of a policy are built once, on its first decision.
 func (m *Metrics) Observe(r *http.Request, d redlimit.Decision) {
 	ctx := context.Background()
 	if r != nil {
 		ctx = r.Context()
+	}
+	m.record(ctx, d)
+}
+
+// record counts and times d in ctx.
+func (m *Metrics) record(ctx context.Context, d redlimit.Decision) {
+	if ctx == nil {
+		ctx = context.Background()
 	}
 	pa := m.policy(d.Policy)
 	if opts, ok := pa.outcomes[d.Outcome]; ok {

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
@@ -386,5 +387,38 @@ func TestSettlementCounters(t *testing.T) {
 		if got := c.settled[names[i]]["jobs"]; got != want {
 			t.Errorf("%s{jobs} = %d, want %d", names[i], got, want)
 		}
+	}
+}
+
+// TestOtherProtocols: Observer counts the decisions of requests of every
+// protocol (a gRPC call, through redlimit.ServeRequest, has no
+// *http.Request), in the request's context: the span of the call's
+// context is the duration's exemplar.
+func TestOtherProtocols(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(t.Context()) })
+	metrics, err := otellimit.New(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, _ := limiter(t)
+	p, err := redlimit.NewPolicy(lim, core.PerMinute(1), redlimit.WithName("calls"), metrics.Observer(),
+		redlimit.WithRequestKey(func(q redlimit.Request) (string, error) { return q.Peer, nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	span := trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled}
+	ctx := trace.ContextWithSpanContext(t.Context(), trace.NewSpanContext(span))
+	call := redlimit.Request{Context: ctx, Method: http.MethodPost, Route: "/pkg.S/M", Path: "/pkg.S/M", Peer: "192.0.2.1:1234"}
+	for range 2 {
+		redlimit.ServeRequest(p, call, map[string][]string{}, func() int { return http.StatusOK })
+	}
+	c := collect(t, reader)
+	checkCounts(t, c, "calls", map[redlimit.Outcome]int{redlimit.OutcomeAllowed: 1, redlimit.OutcomeDenied: 1})
+	ex := c.durations["calls"].Exemplars
+	if len(ex) == 0 || !slices.Equal(ex[0].TraceID, span.TraceID[:]) {
+		t.Errorf("exemplars %+v, want the call's trace", ex)
 	}
 }

@@ -189,7 +189,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 // table) whose decisions m should count.
 //
 // Observer composes with other observers: every WithObserver option of a
-// policy sees every decision.
+// policy sees every decision. It counts requests of every protocol: give
+// it to grpclimit.With for gRPC calls, which have no *http.Request.
 func (m *Metrics) Observer() redlimit.Option { return redlimit.WithObserver(m.observe) }
 
 // Observe counts d under its policy and outcome and, unless the request

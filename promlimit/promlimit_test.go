@@ -294,6 +294,31 @@ func TestObserversCompose(t *testing.T) {
 	checkCounts(t, scrape(t, srv.URL), "both", map[redlimit.Outcome]int{redlimit.OutcomeAllowed: 1})
 }
 
+// TestOtherProtocols: Observer counts the decisions of requests of every
+// protocol: a gRPC call, decided through redlimit.ServeRequest, has no
+// *http.Request, and is counted under its policy as an HTTP request is.
+func TestOtherProtocols(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	metrics, err := promlimit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, _ := limiter(t)
+	p, err := redlimit.NewPolicy(lim, core.PerMinute(1), redlimit.WithName("calls"), metrics.Observer(),
+		redlimit.WithRequestKey(func(q redlimit.Request) (string, error) { return q.Peer, nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := redlimit.Request{Context: t.Context(), Method: http.MethodPost, Route: "/pkg.S/M", Path: "/pkg.S/M", Peer: "192.0.2.1:1234"}
+	for range 2 {
+		redlimit.ServeRequest(p, call, map[string][]string{}, func() int { return http.StatusOK })
+	}
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	checkCounts(t, scrape(t, srv.URL), "calls", map[redlimit.Outcome]int{redlimit.OutcomeAllowed: 1, redlimit.OutcomeDenied: 1})
+}
+
 // TestObserveAllocs: once a policy has been seen, observing a decision
 // allocates nothing.
 func TestObserveAllocs(t *testing.T) {
