@@ -44,7 +44,6 @@ type engine struct {
 	senders int           // most round trips in flight per lane
 	queued  int           // most calls waiting for a sender, per lane
 	linger  atomic.Int64  // a sender without work stops after it (a time.Duration)
-	direct  bool          // the client bounds a command by its context's deadline
 	after   time.Duration // the breakers' WithBreaker
 	log     *slog.Logger
 
@@ -69,6 +68,7 @@ const (
 	senderLinger     = time.Second            // a sender without work waits this long, then stops
 	queuePerSender   = 16                     // the queue holds this many full batches per sender
 	reloadEvery      = 100 * time.Millisecond // a Cluster's slot map is reread at most this often on errors
+	directMost       = 1                      // most direct round trips in flight per lane
 )
 
 // errQueueFull is returned at once when the queue is full.
@@ -79,7 +79,6 @@ func newEngine(rdb redis.Scripter, batch, senders int, batchScript bool, after t
 		queued: max(batch*senders*queuePerSender, 1024)}
 	e.linger.Store(int64(senderLinger))
 	e.transport.init(rdb, batch, batchScript, log)
-	e.direct = e.bounded
 	e.trips.New = func() any { return new(trip) }
 	switch c := rdb.(type) {
 	case *redis.ClusterClient:
@@ -149,6 +148,7 @@ type lane struct {
 	node    *redis.Client // the node on a Cluster or Ring; nil: the engine's client
 	breaker breaker
 	busy    atomic.Int32 // round trips in flight, a sender's or a direct caller's
+	qlen    atomic.Int32 // len(queue), read without the lock
 	seen    atomic.Pointer[seenError]
 
 	mu    sync.Mutex
@@ -288,18 +288,6 @@ func (ln *lane) timedOut(timeout time.Duration) error {
 	return &timeoutError{d: timeout}
 }
 
-// sleep waits d, or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // failing reports whether a round trip of ln failed lately.
 func (ln *lane) failing() bool {
 	s := ln.seen.Load()
@@ -328,37 +316,57 @@ var timers = sync.Pool{New: func() any {
 	return t
 }}
 
-// do runs c and returns its reply, waiting at most timeout (none when it
-// is 0) and no longer than ctx. It takes c: whatever happens, c is
-// recycled once nobody needs it.
+// run sends c through its lane's breaker and returns its reply, waiting
+// at most timeout (none when it is 0) and no longer than ctx. It takes c.
+func (e *engine) run(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
+	ln := e.lane(ctx, c.keys[0])
+	if err := ln.breaker.admit(); err != nil {
+		c.recycle()
+		return nil, err
+	}
+	reply, err := ln.do(ctx, c, timeout)
+	switch {
+	case err == nil:
+		ln.breaker.success()
+	case ctx.Err() != nil && !errors.Is(err, ErrTimeout): // the caller left: not Redis's failure
+	default:
+		ln.failed(err)
+	}
+	return reply, err
+}
+
+// do sends c, from the caller's goroutine when the lane is free (direct),
+// else through the queue, and waits for its answer, its timeout or ctx,
+// whichever comes first. It takes c: whatever happens, c is recycled once
+// nobody needs it.
 func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
 	if err := ctx.Err(); err != nil { // nobody waits for it: do not send it
 		c.recycle()
 		return nil, err
 	}
-	e := ln.e
-	if e.direct && ln.busy.CompareAndSwap(0, 1) {
-		if _, bounded := ctx.Deadline(); timeout > 0 || bounded {
-			return ln.doDirect(ctx, c, timeout)
-		}
-		ln.busy.Add(-1)
-	}
-	var due time.Time
 	if timeout > 0 {
-		due = time.Now().Add(timeout)
+		c.due = time.Now().Add(timeout)
 	}
-	c.due = due
-	if d, ok := ctx.Deadline(); ok && (due.IsZero() || d.Before(due)) {
+	if d, ok := ctx.Deadline(); ok && (c.due.IsZero() || d.Before(c.due)) {
 		c.due = d
 	}
-	if err := ln.submit(c); err != nil {
-		c.recycle()
-		return nil, err
+	switch {
+	case ln.e.bounded && !c.due.IsZero() && ln.claim():
+		ln.direct(ctx, c)
+		if c.state.Load() == answered { // else sent again later: wait for it
+			<-c.done
+			return ln.answer(ctx, c, timeout)
+		}
+	default:
+		if err := ln.submit(c); err != nil {
+			c.recycle()
+			return nil, err
+		}
 	}
 	var expired <-chan time.Time
 	if timeout > 0 {
 		t := timers.Get().(*time.Timer)
-		t.Reset(timeout)
+		t.Reset(time.Until(c.due))
 		defer func() {
 			t.Stop() // since Go 1.23 a stopped timer delivers nothing stale
 			timers.Put(t)
@@ -368,28 +376,32 @@ func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration) ([]int64
 	var err error
 	select {
 	case <-c.done:
+		return ln.answer(ctx, c, timeout)
 	case <-expired:
 		err = ln.timedOut(timeout)
 		// Both may have passed while this goroutine waited for a CPU: the
 		// earlier one is the answer.
-		if d, ok := ctx.Deadline(); ok && d.Before(due) {
+		if d, ok := ctx.Deadline(); ok && !d.After(c.due) {
 			err = context.DeadlineExceeded
 		}
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
-	if err != nil {
-		if c.state.CompareAndSwap(waiting, abandoned) {
-			return nil, err // the sender recycles c when its answer comes
-		}
-		<-c.done // answered meanwhile: take the answer after all
+	if c.state.CompareAndSwap(waiting, abandoned) {
+		return nil, err // whoever answers it recycles it
 	}
-	reply, err := c.reply, c.err
+	<-c.done // answered meanwhile: take the answer after all
+	return ln.answer(ctx, c, timeout)
+}
+
+// answer returns c's answer and recycles it. An error of a round trip that
+// ran out of the call's time (go-redis gave up at its deadline) is the
+// caller's timeout, or its context's error, whichever it was.
+func (ln *lane) answer(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
+	reply, err, due := c.reply, c.err, c.due
 	c.recycle()
-	if err != nil && errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
-		// The round trip ran out of the calls' time (a failing lane's
-		// round trips are bounded by it): the caller's timeout, or its
-		// context's deadline, whichever it was.
+	if err != nil && !errors.Is(err, ErrTimeout) && !due.IsZero() &&
+		(errors.Is(err, context.DeadlineExceeded) || !time.Now().Before(due) && !requestError(err)) {
 		if err = ctx.Err(); err == nil {
 			err = ln.timedOut(timeout)
 		}
@@ -397,55 +409,95 @@ func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration) ([]int64
 	return reply, err
 }
 
-// doDirect sends c from the caller's goroutine, go-redis bounding it by the
-// timeout or ctx's deadline, whichever is earlier. A cancellation without a
-// deadline is seen when the round trip ends, at the latest at the timeout.
-// It takes c, and ends the round trip do began.
-func (ln *lane) doDirect(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
-	defer ln.busy.Add(-1)
-	dctx := ctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		dctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	e := ln.e
-	t := e.trips.Get().(*trip)
-	t.one[0] = c
-	var reply []int64
-	var err error
+// claim reports whether the lane is free for a direct round trip: nothing
+// queued and fewer than directMost round trips in flight; it counts the
+// round trip in.
+func (ln *lane) claim() bool {
 	for {
-		t.run(dctx, &e.transport, t.one[:])
-		u := &t.units[0] // one call: one unit of its own
-		if len(t.resent) > 0 {
-			u = &t.resent[0]
+		n := ln.busy.Load()
+		if n >= directMost || ln.qlen.Load() > 0 {
+			return false
 		}
-		reply, err = u.reply, u.err
-		if err != errWaiting {
-			break
+		if ln.busy.CompareAndSwap(n, n+1) {
+			return true
 		}
-		// Its keys are split while their slot moves: try again in a
-		// moment, if the caller still waits then.
-		err = u.refusal
-		if d, _ := dctx.Deadline(); !retryable(time.Now(), d, 0) || !sleep(dctx, resendPause) {
-			break
-		}
-		t.reset()
+	}
+}
+
+// direct sends c from the caller's goroutine, go-redis bounding the round
+// trip by c.due (the timeout or ctx's deadline, whichever is earlier). A
+// cancellation without a deadline is seen when the round trip ends, at the
+// latest at the timeout. It ends the round trip claim began.
+func (ln *lane) direct(ctx context.Context, c *call) {
+	if d, ok := ctx.Deadline(); !ok || d.After(c.due) {
+		dc := untilDue(ctx, c.due)
+		defer dc.end()
+		ctx = dc
+	}
+	t := ln.e.trips.Get().(*trip)
+	t.one[0] = c
+	ln.roundTrip(ctx, t, t.one[:])
+	t.one[0] = nil
+	ln.e.trips.Put(t)
+	ln.busy.Add(-1)
+}
+
+// dueCtx is the context of a direct round trip: the caller's, ending at
+// due. context.WithDeadline would cost five allocations a decision; a
+// dueCtx is pooled with its channel and timer, and dropped instead once its
+// timer fired. Its caller's cancellation shows in Err, not in Done: go-redis
+// reads both only while it waits for a connection. It is valid for the
+// round trip only, as go-redis uses it.
+type dueCtx struct {
+	context.Context
+	due   time.Time
+	done  chan struct{} // closed at due
+	timer *time.Timer
+}
+
+var dueCtxs sync.Pool
+
+func untilDue(parent context.Context, due time.Time) *dueCtx {
+	c, _ := dueCtxs.Get().(*dueCtx)
+	if c == nil {
+		c = &dueCtx{done: make(chan struct{})}
+		c.timer = time.AfterFunc(time.Hour, func() { close(c.done) })
+	}
+	c.Context, c.due = parent, due
+	c.timer.Reset(time.Until(due))
+	return c
+}
+
+func (c *dueCtx) Deadline() (time.Time, bool) { return c.due, true }
+func (c *dueCtx) Done() <-chan struct{}       { return c.done }
+func (c *dueCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.due) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// end releases c: back to the pool unless its timer fired.
+func (c *dueCtx) end() {
+	if c.timer.Stop() {
+		c.Context = nil
+		dueCtxs.Put(c)
+	}
+}
+
+// roundTrip sends calls in one round trip bounded by ctx and answers each
+// one, or has it sent again later (requeue).
+func (ln *lane) roundTrip(ctx context.Context, t *trip, calls []*call) {
+	t.run(ctx, &ln.e.transport, calls)
+	t.each(func(u *unit) { ln.saw(u.err) })
+	t.answer()
+	if len(t.resent) > 0 { // a method value allocates: only when needed
+		t.requeue(ln.submit)
 	}
 	t.reset()
-	t.one[0] = nil
-	e.trips.Put(t)
-	c.recycle()
-	// go-redis gave up at the deadline: its socket deadline can fire a
-	// moment before the context's own timer, so the clock decides too.
-	deadline, _ := dctx.Deadline()
-	if err != nil && (dctx.Err() != nil || !time.Now().Before(deadline)) {
-		ln.saw(err)
-		if err = ctx.Err(); err == nil {
-			err = ln.timedOut(timeout)
-		}
-	}
-	return reply, err
 }
 
 // submit queues c, and wakes an idle sender or starts one if none is busy
@@ -457,6 +509,7 @@ func (ln *lane) submit(c *call) error {
 		return errQueueFull
 	}
 	ln.queue = append(ln.queue, c)
+	ln.qlen.Store(int32(len(ln.queue)))
 	if n := len(ln.idle); n > 0 {
 		s := ln.idle[n-1]
 		ln.idle[n-1] = nil
@@ -525,6 +578,7 @@ func (s *sender) run() {
 			clear(ln.queue[rest:])
 			ln.queue = ln.queue[:rest]
 		}
+		ln.qlen.Store(int32(len(ln.queue)))
 		ln.mu.Unlock()
 		ln.busy.Add(1)
 		s.send()
@@ -574,13 +628,6 @@ func (s *sender) send() {
 		ctx, cancel = context.WithDeadline(ctx, due)
 		defer cancel()
 	}
-	tr := &s.ln.e.transport
-	s.trip.run(ctx, tr, live)
-	s.trip.each(func(u *unit) { s.ln.saw(u.err) })
-	s.trip.answer()
-	if len(s.trip.resent) > 0 { // a method value allocates: only when needed
-		s.trip.requeue(s.ln.submit)
-	}
-	s.trip.reset()
+	s.ln.roundTrip(ctx, &s.trip, live)
 	clear(live)
 }
