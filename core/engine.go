@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,31 +14,25 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The engine carries script calls to Redis and their answers back.
-//
-// Callers never wait on I/O they cannot leave: a caller queues a call and
-// waits for its answer, its timeout or its context, whichever comes first,
-// so a Redis that hangs cannot hold it past its bound (go-redis bounds its
-// own reads by ReadTimeout, seconds, unless the client enables context
-// deadlines). The I/O is done by senders: at most `senders` goroutines per
-// lane, started when work arrives and none is idle, and stopped after
-// `linger` without work. A sender takes everything queued (up to `batch`
-// calls) and sends it in one round trip (transport.go); what arrives
-// meanwhile waits for the next free sender. So an idle Limiter sends a call
-// at once, and a busy one shares round trips.
+// The engine carries script calls to Redis and their answers back, each
+// bounded by its caller's timeout and context whatever Redis does.
 //
 // A lane is the work for one Redis server: a single server has one; on a
-// Cluster or Ring each node serving the keys has its own, with its own
-// queue, senders and breaker, so a node that hangs or fails holds up and
-// fails only the decisions on its own keys. With ContextTimeoutEnabled, a
-// round trip is bounded by the latest deadline of its calls.
+// Cluster or Ring each node serving the keys has its own (queue, senders,
+// breaker), so a node that hangs or fails delays and fails only the
+// decisions on its keys.
 //
-// A client whose commands go-redis bounds by their context's deadline
-// (ContextTimeoutEnabled) lets a caller do its own I/O without outliving
-// its timeout: then, while no round trip of its lane is in flight, a caller
-// sends its call itself (direct), saving the hand-off to a sender and
-// back, which costs a wake-up on another core. Under load it queues like
-// any other.
+// Direct when free, batched when not. On a client whose commands go-redis
+// bounds by their context's deadline (ContextTimeoutEnabled), a call whose
+// lane has nothing queued and no round trip in flight is sent by its
+// caller (direct): one EVALSHA, no hand-off. Every other call is queued
+// and its caller waits for its answer, its timeout or its context,
+// whichever comes first. Senders (at most `senders` goroutines per lane,
+// started when work arrives and none is idle, stopped after `linger`
+// without work) take everything queued, up to `batch` calls, as one round
+// trip (transport.go). So batches grow with load. Without
+// ContextTimeoutEnabled go-redis bounds a read only by its ReadTimeout
+// (seconds), so every call is queued: only a sender's wait can be left.
 type engine struct {
 	transport
 	batch   int           // most calls per round trip
@@ -68,7 +63,6 @@ const (
 	senderLinger     = time.Second            // a sender without work waits this long, then stops
 	queuePerSender   = 16                     // the queue holds this many full batches per sender
 	reloadEvery      = 100 * time.Millisecond // a Cluster's slot map is reread at most this often on errors
-	directMost       = 1                      // most direct round trips in flight per lane
 )
 
 // errQueueFull is returned at once when the queue is full.
@@ -328,7 +322,8 @@ func (e *engine) run(ctx context.Context, c *call, timeout time.Duration) ([]int
 	switch {
 	case err == nil:
 		ln.breaker.success()
-	case ctx.Err() != nil && !errors.Is(err, ErrTimeout): // the caller left: not Redis's failure
+	case !errors.Is(err, ErrTimeout) && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded)):
+		// the caller left: not Redis's failure
 	default:
 		ln.failed(err)
 	}
@@ -344,14 +339,16 @@ func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration) ([]int64
 		c.recycle()
 		return nil, err
 	}
+	var limit time.Time // the timeout's
 	if timeout > 0 {
-		c.due = time.Now().Add(timeout)
+		limit = time.Now().Add(timeout)
 	}
+	c.due = limit
 	if d, ok := ctx.Deadline(); ok && (c.due.IsZero() || d.Before(c.due)) {
 		c.due = d
 	}
 	switch {
-	case ln.e.bounded && !c.due.IsZero() && ln.claim():
+	case ln.e.bounded && !c.due.IsZero() && ln.qlen.Load() == 0 && ln.busy.CompareAndSwap(0, 1): // free
 		ln.direct(ctx, c)
 		if c.state.Load() == answered { // else sent again later: wait for it
 			<-c.done
@@ -366,7 +363,7 @@ func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration) ([]int64
 	var expired <-chan time.Time
 	if timeout > 0 {
 		t := timers.Get().(*time.Timer)
-		t.Reset(time.Until(c.due))
+		t.Reset(timeout)
 		defer func() {
 			t.Stop() // since Go 1.23 a stopped timer delivers nothing stale
 			timers.Put(t)
@@ -381,7 +378,7 @@ func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration) ([]int64
 		err = ln.timedOut(timeout)
 		// Both may have passed while this goroutine waited for a CPU: the
 		// earlier one is the answer.
-		if d, ok := ctx.Deadline(); ok && !d.After(c.due) {
+		if d, ok := ctx.Deadline(); ok && d.Before(limit) {
 			err = context.DeadlineExceeded
 		}
 	case <-ctx.Done():
@@ -395,39 +392,30 @@ func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration) ([]int64
 }
 
 // answer returns c's answer and recycles it. An error of a round trip that
-// ran out of the call's time (go-redis gave up at its deadline) is the
-// caller's timeout, or its context's error, whichever it was.
+// ran out of the call's time (go-redis gave up at its deadline, which may
+// come a moment before the context's own timer) is the context's error, or
+// its deadline's, or the timeout's, whichever it was.
 func (ln *lane) answer(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
 	reply, err, due := c.reply, c.err, c.due
 	c.recycle()
 	if err != nil && !errors.Is(err, ErrTimeout) && !due.IsZero() &&
 		(errors.Is(err, context.DeadlineExceeded) || !time.Now().Before(due) && !requestError(err)) {
-		if err = ctx.Err(); err == nil {
+		d, ok := ctx.Deadline()
+		switch err = ctx.Err(); {
+		case err != nil:
+		case ok && !d.After(due):
+			err = context.DeadlineExceeded
+		default:
 			err = ln.timedOut(timeout)
 		}
 	}
 	return reply, err
 }
 
-// claim reports whether the lane is free for a direct round trip: nothing
-// queued and fewer than directMost round trips in flight; it counts the
-// round trip in.
-func (ln *lane) claim() bool {
-	for {
-		n := ln.busy.Load()
-		if n >= directMost || ln.qlen.Load() > 0 {
-			return false
-		}
-		if ln.busy.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
-
 // direct sends c from the caller's goroutine, go-redis bounding the round
 // trip by c.due (the timeout or ctx's deadline, whichever is earlier). A
 // cancellation without a deadline is seen when the round trip ends, at the
-// latest at the timeout. It ends the round trip claim began.
+// latest at the timeout. It ends the round trip do counted in.
 func (ln *lane) direct(ctx context.Context, c *call) {
 	if d, ok := ctx.Deadline(); !ok || d.After(c.due) {
 		dc := untilDue(ctx, c.due)
@@ -442,8 +430,8 @@ func (ln *lane) direct(ctx context.Context, c *call) {
 	ln.busy.Add(-1)
 }
 
-// dueCtx is the context of a direct round trip: the caller's, ending at
-// due. context.WithDeadline would cost five allocations a decision; a
+// dueCtx is the context of a round trip: the caller's (a sender's:
+// none), ending at due. context.WithDeadline would cost five allocations a decision; a
 // dueCtx is pooled with its channel and timer, and dropped instead once its
 // timer fired. Its caller's cancellation shows in Err, not in Done: go-redis
 // reads both only while it waits for a connection. It is valid for the
@@ -556,7 +544,7 @@ func (s *sender) run() {
 			case <-timer.C:
 			}
 			ln.mu.Lock()
-			if i := indexOf(ln.idle, s); i >= 0 { // nobody handed us work: stop
+			if i := slices.Index(ln.idle, s); i >= 0 { // nobody handed us work: stop
 				ln.idle = append(ln.idle[:i], ln.idle[i+1:]...)
 				ln.alive--
 				idle := ln.alive == 0 && len(ln.queue) == 0
@@ -586,23 +574,13 @@ func (s *sender) run() {
 	}
 }
 
-func indexOf(senders []*sender, s *sender) int {
-	for i, x := range senders {
-		if x == s {
-			return i
-		}
-	}
-	return -1
-}
-
 // send runs the batch and answers every call in it. Calls whose callers
 // left while they were queued are dropped unsent: they never reach Redis.
 // The round trip is bounded by the latest deadline of the calls, if they
 // all have one, on a client whose commands go-redis bounds by their
 // context's deadline, or on any client while the lane is failing: go-redis
 // then still gives up dialling at the deadline rather than retrying a
-// refused connection for half a second. (Not otherwise: the deadline costs
-// a few allocations per round trip.)
+// refused connection for half a second.
 func (s *sender) send() {
 	live := s.batch[:0]
 	var due time.Time
@@ -622,11 +600,11 @@ func (s *sender) send() {
 	if len(live) == 0 {
 		return
 	}
-	ctx := context.Background()
+	var ctx context.Context = context.Background()
 	if bounded && (s.ln.e.bounded || s.ln.failing()) {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, due)
-		defer cancel()
+		dc := untilDue(ctx, due)
+		defer dc.end()
+		ctx = dc
 	}
 	s.ln.roundTrip(ctx, &s.trip, live)
 	clear(live)

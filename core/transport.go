@@ -15,17 +15,11 @@ import (
 )
 
 // transport sends the script calls of one round trip and reads their
-// replies: how calls are laid out (plan), sent (exec) and sent again
-// (send, resend).
-//
-// Every command is sent at most once: go-redis retries commands after
-// network errors, which would run a decision twice if the first run's
-// reply was lost, so each command says NoRetry. What is sent again is what
-// Redis refused without running it: NOSCRIPT (sent again with EVAL and the
-// script's source), and the refusals of a Cluster whose slots move
-// (TRYAGAIN, CLUSTERDOWN, MOVED, ASK, READONLY: sent once more, a batch as
-// single calls; a call whose keys a moving slot keeps apart, again later
-// while its caller waits).
+// replies: how calls are laid out (plan), sent (exec) and sent again.
+// Every command says NoRetry: go-redis would resend it after a network
+// error, running a decision twice if its reply was lost. What is sent
+// again is what Redis refused without running it: NOSCRIPT (with EVAL and
+// the source), and a Cluster's refusals while slots move (resend).
 type transport struct {
 	rdb     redis.Scripter
 	process func(context.Context, redis.Cmder) error // nil for a bare redis.Scripter
@@ -78,10 +72,9 @@ func contextBounded(rdb redis.Scripter) bool {
 	return false
 }
 
-// call is one script run: a decision, a settlement, a reset. Its fields
-// name what the script reads; args lays them out as the command (one
-// place). The engine carries it and done brings the answer back. Calls are
-// pooled, with their slices.
+// call is one script run (a decision, a settlement, a reset) as named
+// fields, which args lays out as the command. The engine carries it; done
+// brings the answer back. Calls are pooled, with their slices.
 type call struct {
 	script *script
 	keys   []string // KEYS; the first names the lane and the hash tag
@@ -266,22 +259,17 @@ func (t *trip) reset() {
 	t.units, t.resent, t.args = t.units[:0], t.resent[:0], t.args[:0]
 }
 
-// plan lays calls out in t.units as the script calls of one round trip:
-//
-//   - To a single server (a *redis.Client: standalone, or Sentinel's
-//     failover client), all of them as one call of the batch script, which
-//     makes each decision in turn, each atomic and independent: the server
-//     then pays its per-call cost (parsing, finding the script, setting up
-//     KEYS and ARGV, reading the clock) once per round trip.
-//   - On a Cluster or Ring, the calls whose keys share a hash tag (one key
-//     decided by many requests at once) as one call of the batch script per
-//     tag, since their keys are in one slot; the others one call each.
-//     go-redis sends them as one pipeline per node.
-//   - Resets always on their own.
-//   - Otherwise every call on its own: WithBatchScript(false) (a proxy that
-//     routes a script by its first key would run a batch of many keys on one
-//     shard), a client that cannot pipeline, or after a single server
-//     refused a batch as CROSSSLOT (a cluster behind one address).
+// plan lays calls out in t.units as the script calls of one round trip.
+// To a single server (a *redis.Client: standalone, or Sentinel's failover
+// client), all of them as one call of the batch script, which makes each
+// decision in turn, each atomic and independent, so that the server pays
+// its cost per call (parsing, finding the script, setting up KEYS and
+// ARGV, reading the clock) once. On a Cluster or Ring, the calls of one
+// hash tag (one slot) as one call of the batch script per tag, the others
+// one call each, which go-redis sends as one pipeline per node. A reset
+// always alone. Every call alone with WithBatchScript(false) (a proxy that
+// routes a script by its first key), a client that cannot pipeline, or
+// after a single server refused a batch as CROSSSLOT.
 func (tr *transport) plan(t *trip, calls []*call) {
 	mode := tr.mode.Load()
 	if mode != planEach && len(calls) > 1 {
@@ -391,14 +379,11 @@ const (
 	resendTries = 25
 )
 
-// resend sends once more, at once and in one round trip, the units a
-// Cluster refused without running them: TRYAGAIN (a slot whose keys are
-// being moved holds some of a call's keys but not all), CLUSTERDOWN,
-// READONLY (a master became a replica), and MOVED or ASK when go-redis has
-// run out of redirects. A batch goes as single calls: one key alone is run
-// where it is, or redirected (ASK) to the node it moved to. A single call
-// refused as TRYAGAIN again is marked errWaiting: it is sent again later
-// (requeue).
+// resend sends once more, in one round trip, the units a Cluster refused
+// without running them (unrun): a batch as single calls, since one key
+// alone runs where it is or is redirected (ASK) to where it moved. A call
+// refused as TRYAGAIN again (its keys split while their slot moves) is
+// marked errWaiting, to be sent again later (requeue).
 func (tr *transport) resend(ctx context.Context, t *trip) {
 	for i := range t.units {
 		u := &t.units[i]
