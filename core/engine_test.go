@@ -466,8 +466,12 @@ func TestDecisionAllocations(t *testing.T) {
 	if _, err := dlim.Allow(ctx, "k", l); err != nil {
 		t.Fatal(err)
 	}
-	if n := testing.AllocsPerRun(200, func() { _, _ = dlim.Allow(ctx, "k", l) }); n > bound {
-		t.Errorf("%.1f allocations per direct decision, want at most %v", n, bound)
+	dbound := bound
+	if raceEnabled { // its pooled deadline (context, channel, timer) is dropped too
+		dbound = 14
+	}
+	if n := testing.AllocsPerRun(200, func() { _, _ = dlim.Allow(ctx, "k", l) }); n > dbound {
+		t.Errorf("%.1f allocations per direct decision, want at most %v", n, dbound)
 	}
 
 	// 16 goroutines: most decisions share round trips.
