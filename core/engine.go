@@ -157,8 +157,7 @@ type seenError struct {
 	at  time.Time
 }
 
-// causeMaxAge is how recent the last error of a lane must be to be named
-// as the likely cause of a timeout.
+// causeMaxAge: a lane's last error this recent is named as a timeout's cause.
 const causeMaxAge = 2 * time.Second
 
 func (e *engine) newLane(node *redis.Client) *lane {
@@ -192,11 +191,9 @@ type probeOnce struct{ *redis.Cmd }
 func (probeOnce) NoRetry() bool { return true }
 
 // failed records that a call of the lane failed with err: for its breaker,
-// unless a Cluster refused it at once for its slots' sake (the node
-// answers; its breaker would fail its keys past the refusal) or the error
-// is the call's own (requestError: the server answered, which counts as a
-// success), and, for an error that may mean the node is gone or no longer
-// serves its slots, the Cluster's slot map.
+// unless a Cluster refused it for its slots' sake (unrun) or the error is
+// the call's own (requestError: an answer, a success); for an error that
+// may mean the node moved or is gone, the Cluster's slot map too.
 func (ln *lane) failed(err error) {
 	switch {
 	case requestError(err):
@@ -430,12 +427,11 @@ func (ln *lane) direct(ctx context.Context, c *call) {
 	ln.busy.Add(-1)
 }
 
-// dueCtx is the context of a round trip: the caller's (a sender's:
-// none), ending at due. context.WithDeadline would cost five allocations a decision; a
-// dueCtx is pooled with its channel and timer, and dropped instead once its
-// timer fired. Its caller's cancellation shows in Err, not in Done: go-redis
-// reads both only while it waits for a connection. It is valid for the
-// round trip only, as go-redis uses it.
+// dueCtx is a round trip's context, the caller's (a sender's: none)
+// ending at due: pooled with its channel and timer, where
+// context.WithDeadline costs five allocations. The caller's cancellation
+// shows in Err, not Done; go-redis reads both only while it waits for a
+// connection. It is valid for its round trip only.
 type dueCtx struct {
 	context.Context
 	due   time.Time
@@ -574,13 +570,11 @@ func (s *sender) run() {
 	}
 }
 
-// send runs the batch and answers every call in it. Calls whose callers
-// left while they were queued are dropped unsent: they never reach Redis.
-// The round trip is bounded by the latest deadline of the calls, if they
-// all have one, on a client whose commands go-redis bounds by their
-// context's deadline, or on any client while the lane is failing: go-redis
-// then still gives up dialling at the deadline rather than retrying a
-// refused connection for half a second.
+// send runs the batch and answers every call in it, but for those whose
+// callers left while queued: they never reach Redis. The round trip ends
+// at the calls' latest deadline, if all have one, on a client that bounds
+// commands by it, or on any while the lane fails (so that go-redis stops
+// redialling a refused connection at the deadline).
 func (s *sender) send() {
 	live := s.batch[:0]
 	var due time.Time

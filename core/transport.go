@@ -456,11 +456,10 @@ func unrun(err error) bool {
 		refused(err, "ASK") || refused(err, "READONLY")
 }
 
-// once marks a command as one go-redis must never send twice.
+// once marks a command go-redis must never resend, alone or in its
+// pipeline, after an error: the script may have run.
 type once struct{ *redis.IntSliceCmd }
 
-// NoRetry tells go-redis not to resend the command, or the pipeline that
-// holds it, after an error: the script may have run.
 func (once) NoRetry() bool { return true }
 
 // exec sends units in one round trip, as one pipeline when there are
@@ -522,9 +521,8 @@ func (tr *transport) eval(ctx context.Context, u *unit) ([]int64, error) {
 	return reply, nil
 }
 
-// refused reports whether err is Redis's error reply with this code. It
-// does not call redis.HasErrorPrefix for a nil error, which would cost an
-// allocation per decision.
+// refused reports whether err is Redis's error reply with code (not
+// asking redis.HasErrorPrefix of nil, which costs an allocation).
 func refused(err error, code string) bool {
 	return err != nil && redis.HasErrorPrefix(err, code)
 }
