@@ -185,9 +185,9 @@ func (l *Limiter) ask(ctx context.Context, d *decision, now time.Time) ([]int64,
 	if d.more > 0 {
 		rid = fetchID(d.more)
 	}
-	c := l.newLimitsCall(scriptOf(d.infos[:d.k], false), d.keys[:d.k], now, rid)
+	c := l.limitsCall(scriptOf(d.infos[:d.k], false), d.keys[:d.k], now, rid)
 	for _, info := range d.infos[:d.k] {
-		c.args = info.appendArgs(append(c.args, cost), now)
+		c.argv = info.appendArgs(append(c.argv, cost), now)
 	}
 	return l.run(ctx, c)
 }
@@ -210,37 +210,23 @@ func scriptOf(infos []*limitInfo, settle bool) *script {
 	return d.script
 }
 
-// newLimitsCall returns a call of s on keys whose ARGV starts with the
+// limitsCall returns a call of s on keys whose ARGV starts with the
 // clock at now ("": the server's) and the reservation's id; the limits'
-// arguments are the caller's to append.
-func (l *Limiter) newLimitsCall(s *script, keys []string, now time.Time, rid string) *call {
-	c := newCall(s, len(keys))
-	for _, key := range keys {
-		c.args = append(c.args, key)
-	}
-	var clock any = "" // the server's
+// arguments are the caller's to append to its argv.
+func (l *Limiter) limitsCall(s *script, keys []string, now time.Time, rid string) *call {
+	c := newCall(s, keys...)
+	c.clock, c.rid = "", rid
 	if l.clock != nil {
-		clock = now.UnixMicro()
+		c.clock = now.UnixMicro()
 	}
-	return c.append(clock, rid)
+	return c
 }
 
-// run sends c through its lane's breaker and the engine and returns its
-// reply.
+// run sends c through the engine and returns its reply.
 func (l *Limiter) run(ctx context.Context, c *call) ([]int64, error) {
-	ln := l.engine.lane(ctx, c.args[3].(string))
-	if err := ln.breaker.admit(); err != nil {
-		c.recycle()
-		return nil, err
-	}
-	reply, err := ln.do(ctx, c, l.timeout)
-	switch {
-	case err == nil:
-		ln.breaker.success()
+	reply, err := l.engine.run(ctx, c, l.timeout)
+	if err == nil {
 		l.heartbeat()
-	case ctx.Err() != nil && !errors.Is(err, ErrTimeout): // the caller left: not Redis's failure
-	default:
-		ln.failed(err)
 	}
 	return reply, err
 }
@@ -269,9 +255,7 @@ func (l *Limiter) reset(ctx context.Context, scope, key string, limit Limit) err
 		return err
 	}
 	name := stateKey(l.prefix, scope, key, info)
-	c := newCall(delScript, 1)
-	c.args = append(c.args, name)
-	_, err = l.run(ctx, c)
+	_, err = l.run(ctx, newCall(delScript, name))
 	if l.deny != nil { // after the reset, so that denials sent meanwhile go too
 		l.deny.reset(name)
 	}

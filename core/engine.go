@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,38 +14,31 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The engine carries script calls to Redis and their answers back.
-//
-// Callers never wait on I/O they cannot leave: a caller queues a call and
-// waits for its answer, its timeout or its context, whichever comes first,
-// so a Redis that hangs cannot hold it past its bound (go-redis bounds its
-// own reads by ReadTimeout, seconds, unless the client enables context
-// deadlines). The I/O is done by senders: at most `senders` goroutines per
-// lane, started when work arrives and none is idle, and stopped after
-// `linger` without work. A sender takes everything queued (up to `batch`
-// calls) and sends it in one round trip (transport.go); what arrives
-// meanwhile waits for the next free sender. So an idle Limiter sends a call
-// at once, and a busy one shares round trips.
+// The engine carries script calls to Redis and their answers back, each
+// bounded by its caller's timeout and context whatever Redis does.
 //
 // A lane is the work for one Redis server: a single server has one; on a
-// Cluster or Ring each node serving the keys has its own, with its own
-// queue, senders and breaker, so a node that hangs or fails holds up and
-// fails only the decisions on its own keys. With ContextTimeoutEnabled, a
-// round trip is bounded by the latest deadline of its calls.
+// Cluster or Ring each node serving the keys has its own (queue, senders,
+// breaker), so a node that hangs or fails delays and fails only the
+// decisions on its keys.
 //
-// A client whose commands go-redis bounds by their context's deadline
-// (ContextTimeoutEnabled) lets a caller do its own I/O without outliving
-// its timeout: then, while no round trip of its lane is in flight, a caller
-// sends its call itself (direct), saving the hand-off to a sender and
-// back, which costs a wake-up on another core. Under load it queues like
-// any other.
+// Direct when free, batched when not. On a client whose commands go-redis
+// bounds by their context's deadline (ContextTimeoutEnabled), a call whose
+// lane has nothing queued and no round trip in flight is sent by its
+// caller (direct): one EVALSHA, no hand-off. Every other call is queued
+// and its caller waits for its answer, its timeout or its context,
+// whichever comes first. Senders (at most `senders` goroutines per lane,
+// started when work arrives and none is idle, stopped after `linger`
+// without work) take everything queued, up to `batch` calls, as one round
+// trip (transport.go). So batches grow with load. Without
+// ContextTimeoutEnabled go-redis bounds a read only by its ReadTimeout
+// (seconds), so every call is queued: only a sender's wait can be left.
 type engine struct {
 	transport
 	batch   int           // most calls per round trip
 	senders int           // most round trips in flight per lane
 	queued  int           // most calls waiting for a sender, per lane
 	linger  atomic.Int64  // a sender without work stops after it (a time.Duration)
-	direct  bool          // the client bounds a command by its context's deadline
 	after   time.Duration // the breakers' WithBreaker
 	log     *slog.Logger
 
@@ -79,7 +73,6 @@ func newEngine(rdb redis.Scripter, batch, senders int, batchScript bool, after t
 		queued: max(batch*senders*queuePerSender, 1024)}
 	e.linger.Store(int64(senderLinger))
 	e.transport.init(rdb, batch, batchScript, log)
-	e.direct = e.bounded
 	e.trips.New = func() any { return new(trip) }
 	switch c := rdb.(type) {
 	case *redis.ClusterClient:
@@ -149,6 +142,7 @@ type lane struct {
 	node    *redis.Client // the node on a Cluster or Ring; nil: the engine's client
 	breaker breaker
 	busy    atomic.Int32 // round trips in flight, a sender's or a direct caller's
+	qlen    atomic.Int32 // len(queue), read without the lock
 	seen    atomic.Pointer[seenError]
 
 	mu    sync.Mutex
@@ -163,8 +157,7 @@ type seenError struct {
 	at  time.Time
 }
 
-// causeMaxAge is how recent the last error of a lane must be to be named
-// as the likely cause of a timeout.
+// causeMaxAge: a lane's last error this recent is named as a timeout's cause.
 const causeMaxAge = 2 * time.Second
 
 func (e *engine) newLane(node *redis.Client) *lane {
@@ -198,11 +191,9 @@ type probeOnce struct{ *redis.Cmd }
 func (probeOnce) NoRetry() bool { return true }
 
 // failed records that a call of the lane failed with err: for its breaker,
-// unless a Cluster refused it at once for its slots' sake (the node
-// answers; its breaker would fail its keys past the refusal) or the error
-// is the call's own (requestError: the server answered, which counts as a
-// success), and, for an error that may mean the node is gone or no longer
-// serves its slots, the Cluster's slot map.
+// unless a Cluster refused it for its slots' sake (unrun) or the error is
+// the call's own (requestError: an answer, a success); for an error that
+// may mean the node moved or is gone, the Cluster's slot map too.
 func (ln *lane) failed(err error) {
 	switch {
 	case requestError(err):
@@ -288,18 +279,6 @@ func (ln *lane) timedOut(timeout time.Duration) error {
 	return &timeoutError{d: timeout}
 }
 
-// sleep waits d, or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // failing reports whether a round trip of ln failed lately.
 func (ln *lane) failing() bool {
 	s := ln.seen.Load()
@@ -328,32 +307,55 @@ var timers = sync.Pool{New: func() any {
 	return t
 }}
 
-// do runs c and returns its reply, waiting at most timeout (none when it
-// is 0) and no longer than ctx. It takes c: whatever happens, c is
-// recycled once nobody needs it.
+// run sends c through its lane's breaker and returns its reply, waiting
+// at most timeout (none when it is 0) and no longer than ctx. It takes c.
+func (e *engine) run(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
+	ln := e.lane(ctx, c.keys[0])
+	if err := ln.breaker.admit(); err != nil {
+		c.recycle()
+		return nil, err
+	}
+	reply, err := ln.do(ctx, c, timeout)
+	switch {
+	case err == nil:
+		ln.breaker.success()
+	case !errors.Is(err, ErrTimeout) && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded)):
+		// the caller left: not Redis's failure
+	default:
+		ln.failed(err)
+	}
+	return reply, err
+}
+
+// do sends c, from the caller's goroutine when the lane is free (direct),
+// else through the queue, and waits for its answer, its timeout or ctx,
+// whichever comes first. It takes c: whatever happens, c is recycled once
+// nobody needs it.
 func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
 	if err := ctx.Err(); err != nil { // nobody waits for it: do not send it
 		c.recycle()
 		return nil, err
 	}
-	e := ln.e
-	if e.direct && ln.busy.CompareAndSwap(0, 1) {
-		if _, bounded := ctx.Deadline(); timeout > 0 || bounded {
-			return ln.doDirect(ctx, c, timeout)
-		}
-		ln.busy.Add(-1)
-	}
-	var due time.Time
+	var limit time.Time // the timeout's
 	if timeout > 0 {
-		due = time.Now().Add(timeout)
+		limit = time.Now().Add(timeout)
 	}
-	c.due = due
-	if d, ok := ctx.Deadline(); ok && (due.IsZero() || d.Before(due)) {
+	c.due = limit
+	if d, ok := ctx.Deadline(); ok && (c.due.IsZero() || d.Before(c.due)) {
 		c.due = d
 	}
-	if err := ln.submit(c); err != nil {
-		c.recycle()
-		return nil, err
+	switch {
+	case ln.e.bounded && !c.due.IsZero() && ln.qlen.Load() == 0 && ln.busy.CompareAndSwap(0, 1): // free
+		ln.direct(ctx, c)
+		if c.state.Load() == answered { // else sent again later: wait for it
+			<-c.done
+			return ln.answer(ctx, c, timeout)
+		}
+	default:
+		if err := ln.submit(c); err != nil {
+			c.recycle()
+			return nil, err
+		}
 	}
 	var expired <-chan time.Time
 	if timeout > 0 {
@@ -368,84 +370,118 @@ func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration) ([]int64
 	var err error
 	select {
 	case <-c.done:
+		return ln.answer(ctx, c, timeout)
 	case <-expired:
 		err = ln.timedOut(timeout)
 		// Both may have passed while this goroutine waited for a CPU: the
 		// earlier one is the answer.
-		if d, ok := ctx.Deadline(); ok && d.Before(due) {
+		if d, ok := ctx.Deadline(); ok && d.Before(limit) {
 			err = context.DeadlineExceeded
 		}
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
-	if err != nil {
-		if c.state.CompareAndSwap(waiting, abandoned) {
-			return nil, err // the sender recycles c when its answer comes
-		}
-		<-c.done // answered meanwhile: take the answer after all
+	if c.state.CompareAndSwap(waiting, abandoned) {
+		return nil, err // whoever answers it recycles it
 	}
-	reply, err := c.reply, c.err
+	<-c.done // answered meanwhile: take the answer after all
+	return ln.answer(ctx, c, timeout)
+}
+
+// answer returns c's answer and recycles it. An error of a round trip that
+// ran out of the call's time (go-redis gave up at its deadline, which may
+// come a moment before the context's own timer) is the context's error, or
+// its deadline's, or the timeout's, whichever it was.
+func (ln *lane) answer(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
+	reply, err, due := c.reply, c.err, c.due
 	c.recycle()
-	if err != nil && errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
-		// The round trip ran out of the calls' time (a failing lane's
-		// round trips are bounded by it): the caller's timeout, or its
-		// context's deadline, whichever it was.
-		if err = ctx.Err(); err == nil {
+	if err != nil && !errors.Is(err, ErrTimeout) && !due.IsZero() &&
+		(errors.Is(err, context.DeadlineExceeded) || !time.Now().Before(due) && !requestError(err)) {
+		d, ok := ctx.Deadline()
+		switch err = ctx.Err(); {
+		case err != nil:
+		case ok && !d.After(due):
+			err = context.DeadlineExceeded
+		default:
 			err = ln.timedOut(timeout)
 		}
 	}
 	return reply, err
 }
 
-// doDirect sends c from the caller's goroutine, go-redis bounding it by the
-// timeout or ctx's deadline, whichever is earlier. A cancellation without a
-// deadline is seen when the round trip ends, at the latest at the timeout.
-// It takes c, and ends the round trip do began.
-func (ln *lane) doDirect(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
-	defer ln.busy.Add(-1)
-	dctx := ctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		dctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
+// direct sends c from the caller's goroutine, go-redis bounding the round
+// trip by c.due (the timeout or ctx's deadline, whichever is earlier). A
+// cancellation without a deadline is seen when the round trip ends, at the
+// latest at the timeout. It ends the round trip do counted in.
+func (ln *lane) direct(ctx context.Context, c *call) {
+	if d, ok := ctx.Deadline(); !ok || d.After(c.due) {
+		dc := untilDue(ctx, c.due)
+		defer dc.end()
+		ctx = dc
 	}
-	e := ln.e
-	t := e.trips.Get().(*trip)
+	t := ln.e.trips.Get().(*trip)
 	t.one[0] = c
-	var reply []int64
-	var err error
-	for {
-		t.run(dctx, &e.transport, t.one[:])
-		u := &t.units[0] // one call: one unit of its own
-		if len(t.resent) > 0 {
-			u = &t.resent[0]
-		}
-		reply, err = u.reply, u.err
-		if err != errWaiting {
-			break
-		}
-		// Its keys are split while their slot moves: try again in a
-		// moment, if the caller still waits then.
-		err = u.refusal
-		if d, _ := dctx.Deadline(); !retryable(time.Now(), d, 0) || !sleep(dctx, resendPause) {
-			break
-		}
-		t.reset()
+	ln.roundTrip(ctx, t, t.one[:])
+	t.one[0] = nil
+	ln.e.trips.Put(t)
+	ln.busy.Add(-1)
+}
+
+// dueCtx is a round trip's context, the caller's (a sender's: none)
+// ending at due: pooled with its channel and timer, where
+// context.WithDeadline costs five allocations. The caller's cancellation
+// shows in Err, not Done; go-redis reads both only while it waits for a
+// connection. It is valid for its round trip only.
+type dueCtx struct {
+	context.Context
+	due   time.Time
+	done  chan struct{} // closed at due
+	timer *time.Timer
+}
+
+var dueCtxs sync.Pool
+
+func untilDue(parent context.Context, due time.Time) *dueCtx {
+	c, _ := dueCtxs.Get().(*dueCtx)
+	if c == nil {
+		c = &dueCtx{done: make(chan struct{})}
+		c.timer = time.AfterFunc(time.Hour, func() { close(c.done) })
+	}
+	c.Context, c.due = parent, due
+	c.timer.Reset(time.Until(due))
+	return c
+}
+
+func (c *dueCtx) Deadline() (time.Time, bool) { return c.due, true }
+func (c *dueCtx) Done() <-chan struct{}       { return c.done }
+func (c *dueCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.due) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// end releases c: back to the pool unless its timer fired.
+func (c *dueCtx) end() {
+	if c.timer.Stop() {
+		c.Context = nil
+		dueCtxs.Put(c)
+	}
+}
+
+// roundTrip sends calls in one round trip bounded by ctx and answers each
+// one, or has it sent again later (requeue).
+func (ln *lane) roundTrip(ctx context.Context, t *trip, calls []*call) {
+	t.run(ctx, &ln.e.transport, calls)
+	t.each(func(u *unit) { ln.saw(u.err) })
+	t.answer()
+	if len(t.resent) > 0 { // a method value allocates: only when needed
+		t.requeue(ln.submit)
 	}
 	t.reset()
-	t.one[0] = nil
-	e.trips.Put(t)
-	c.recycle()
-	// go-redis gave up at the deadline: its socket deadline can fire a
-	// moment before the context's own timer, so the clock decides too.
-	deadline, _ := dctx.Deadline()
-	if err != nil && (dctx.Err() != nil || !time.Now().Before(deadline)) {
-		ln.saw(err)
-		if err = ctx.Err(); err == nil {
-			err = ln.timedOut(timeout)
-		}
-	}
-	return reply, err
 }
 
 // submit queues c, and wakes an idle sender or starts one if none is busy
@@ -457,6 +493,7 @@ func (ln *lane) submit(c *call) error {
 		return errQueueFull
 	}
 	ln.queue = append(ln.queue, c)
+	ln.qlen.Store(int32(len(ln.queue)))
 	if n := len(ln.idle); n > 0 {
 		s := ln.idle[n-1]
 		ln.idle[n-1] = nil
@@ -503,7 +540,7 @@ func (s *sender) run() {
 			case <-timer.C:
 			}
 			ln.mu.Lock()
-			if i := indexOf(ln.idle, s); i >= 0 { // nobody handed us work: stop
+			if i := slices.Index(ln.idle, s); i >= 0 { // nobody handed us work: stop
 				ln.idle = append(ln.idle[:i], ln.idle[i+1:]...)
 				ln.alive--
 				idle := ln.alive == 0 && len(ln.queue) == 0
@@ -525,6 +562,7 @@ func (s *sender) run() {
 			clear(ln.queue[rest:])
 			ln.queue = ln.queue[:rest]
 		}
+		ln.qlen.Store(int32(len(ln.queue)))
 		ln.mu.Unlock()
 		ln.busy.Add(1)
 		s.send()
@@ -532,23 +570,11 @@ func (s *sender) run() {
 	}
 }
 
-func indexOf(senders []*sender, s *sender) int {
-	for i, x := range senders {
-		if x == s {
-			return i
-		}
-	}
-	return -1
-}
-
-// send runs the batch and answers every call in it. Calls whose callers
-// left while they were queued are dropped unsent: they never reach Redis.
-// The round trip is bounded by the latest deadline of the calls, if they
-// all have one, on a client whose commands go-redis bounds by their
-// context's deadline, or on any client while the lane is failing: go-redis
-// then still gives up dialling at the deadline rather than retrying a
-// refused connection for half a second. (Not otherwise: the deadline costs
-// a few allocations per round trip.)
+// send runs the batch and answers every call in it, but for those whose
+// callers left while queued: they never reach Redis. The round trip ends
+// at the calls' latest deadline, if all have one, on a client that bounds
+// commands by it, or on any while the lane fails (so that go-redis stops
+// redialling a refused connection at the deadline).
 func (s *sender) send() {
 	live := s.batch[:0]
 	var due time.Time
@@ -568,19 +594,12 @@ func (s *sender) send() {
 	if len(live) == 0 {
 		return
 	}
-	ctx := context.Background()
+	var ctx context.Context = context.Background()
 	if bounded && (s.ln.e.bounded || s.ln.failing()) {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, due)
-		defer cancel()
+		dc := untilDue(ctx, due)
+		defer dc.end()
+		ctx = dc
 	}
-	tr := &s.ln.e.transport
-	s.trip.run(ctx, tr, live)
-	s.trip.each(func(u *unit) { s.ln.saw(u.err) })
-	s.trip.answer()
-	if len(s.trip.resent) > 0 { // a method value allocates: only when needed
-		s.trip.requeue(s.ln.submit)
-	}
-	s.trip.reset()
+	s.ln.roundTrip(ctx, &s.trip, live)
 	clear(live)
 }

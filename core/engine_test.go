@@ -436,7 +436,8 @@ func TestDirect(t *testing.T) {
 
 // TestDecisionAllocations: a decision costs at most 7 allocations, the
 // Limiter's I/O goroutine and go-redis included (a bare EVALSHA costs 8),
-// alone and when decisions share a batch script call. Under the race
+// alone (handed to a sender, or sent by its caller on a client with
+// ContextTimeoutEnabled) and when decisions share a batch script call. Under the race
 // detector, which drops pooled objects at random, the bound is 10.
 func TestDecisionAllocations(t *testing.T) {
 	rdb := redistest.Standalone(t).Client(t)
@@ -455,6 +456,22 @@ func TestDecisionAllocations(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(200, allow); n > bound {
 		t.Errorf("%.1f allocations per decision alone, want at most %v", n, bound)
+	}
+
+	// On a client with ContextTimeoutEnabled the caller sends its own
+	// decision: as few.
+	direct := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { direct.Close() })
+	dlim := core.New(direct, core.WithPrefix(uniquePrefix()), patient)
+	if _, err := dlim.Allow(ctx, "k", l); err != nil {
+		t.Fatal(err)
+	}
+	dbound := bound
+	if raceEnabled { // its pooled deadline (context, channel, timer) is dropped too
+		dbound = 14
+	}
+	if n := testing.AllocsPerRun(200, func() { _, _ = dlim.Allow(ctx, "k", l) }); n > dbound {
+		t.Errorf("%.1f allocations per direct decision, want at most %v", n, dbound)
 	}
 
 	// 16 goroutines: most decisions share round trips.

@@ -63,7 +63,8 @@ func (l *Limiter) heartbeat() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		c := newCall(peersScript, 1).append(l.prefix+"{peers}", p.id, peersSpan.Milliseconds())
+		c := newCall(peersScript, l.prefix+"{peers}")
+		c.argv = append(c.argv, p.id, peersSpan.Milliseconds())
 		if reply, err := l.run(ctx, c); err == nil && len(reply) == 1 {
 			p.count.Store(min(max(reply[0], 1), math.MaxInt32))
 		}

@@ -192,7 +192,8 @@ func (r *Reservation) releaseCall(now time.Time) *call {
 			keys, infos, at = append(keys, r.keys[i]), append(infos, info), append(at, i)
 		}
 	}
-	c := r.l.newLimitsCall(scriptOf(infos, true), keys, now, r.id).append(r.at, r.n)
+	c := r.l.limitsCall(scriptOf(infos, true), keys, now, r.id)
+	c.argv = append(c.argv, r.at, r.n)
 	for _, i := range at {
 		r.appendLimit(c, i, 0, now)
 	}

@@ -83,7 +83,7 @@ const factsWidth = 4
 // algorithm's own.
 func (r *Reservation) appendLimit(c *call, i, delta int, now time.Time) {
 	f := r.facts[factsWidth*i:]
-	c.args = r.infos[i].appendArgs(append(c.args, delta, f[0], f[1], f[2], f[3]), now)
+	c.argv = r.infos[i].appendArgs(append(c.argv, delta, f[0], f[1], f[2], f[3]), now)
 }
 
 // Result returns the decision the Reservation was made with: Allowed, and
@@ -129,7 +129,8 @@ func (r *Reservation) Settle(ctx context.Context, cost int) error {
 	}
 	l := r.l
 	now := l.now()
-	c := l.newLimitsCall(scriptOf(r.infos, true), r.keys, now, r.id).append(r.at, r.n)
+	c := l.limitsCall(scriptOf(r.infos, true), r.keys, now, r.id)
+	c.argv = append(c.argv, r.at, r.n)
 	for i := range r.infos {
 		r.appendLimit(c, i, delta, now)
 	}

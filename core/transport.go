@@ -15,18 +15,11 @@ import (
 )
 
 // transport sends the script calls of one round trip and reads their
-// replies: one place for how calls are laid out (plan), sent (exec) and
-// sent again (exchange).
-//
-// Every command is sent at most once: go-redis retries commands after
-// network errors, which would run a decision twice if the first run's
-// reply was lost, so each command says NoRetry. What is sent again is what
-// Redis refused without running it: NOSCRIPT (the server does not have the
-// script: the call is sent again with EVAL and the script's source), and
-// the refusals of a Cluster whose slots move (TRYAGAIN, CLUSTERDOWN, MOVED,
-// ASK, READONLY: the calls are sent once more, a batch as single calls; a
-// call whose keys a moving slot keeps apart, again until its caller stops
-// waiting).
+// replies: how calls are laid out (plan), sent (exec) and sent again.
+// Every command says NoRetry: go-redis would resend it after a network
+// error, running a decision twice if its reply was lost. What is sent
+// again is what Redis refused without running it: NOSCRIPT (with EVAL and
+// the source), and a Cluster's refusals while slots move (resend).
 type transport struct {
 	rdb     redis.Scripter
 	process func(context.Context, redis.Cmder) error // nil for a bare redis.Scripter
@@ -79,11 +72,19 @@ func contextBounded(rdb redis.Scripter) bool {
 	return false
 }
 
-// call is one script run: the Limiter fills it, the engine runs it, done
-// carries the answer back. Calls are pooled, with their argument lists.
+// call is one script run (a decision, a settlement, a reset) as named
+// fields, which args lays out as the command. The engine carries it; done
+// brings the answer back. Calls are pooled, with their slices.
 type call struct {
 	script *script
-	args   []any // EVALSHA|EVAL, sha|source, numkeys, KEYS..., ARGV...
+	keys   []string // KEYS; the first names the lane and the hash tag
+	// clock and rid are ARGV[1] and ARGV[2] of a decision or a
+	// settlement: the clock ("" for the server's, or µs) and the
+	// reservation's id. A call without a clock (nil: a reset, the peers'
+	// count) has neither.
+	clock any
+	rid   string
+	argv  []any // the rest of ARGV: per limit its cost and its algorithm's own
 
 	due   time.Time // when its caller stops waiting; zero: never
 	tries int       // times sent again while its slot's keys move (requeue)
@@ -101,29 +102,61 @@ const (
 )
 
 var calls = sync.Pool{New: func() any {
-	return &call{done: make(chan struct{}, 1), args: make([]any, 0, 16)}
+	return &call{done: make(chan struct{}, 1), keys: make([]string, 0, 4), argv: make([]any, 0, 16)}
 }}
 
-// newCall returns a call of s with keys KEYS to come: the caller appends
-// them to args, then the ARGV.
-func newCall(s *script, keys int) *call {
+// newCall returns a call of s on keys; the caller sets its ARGV.
+func newCall(s *script, keys ...string) *call {
 	c := calls.Get().(*call)
-	c.script = s
-	c.args = append(c.args[:0], "evalsha", s.shaArg, keys)
+	c.script, c.keys = s, append(c.keys[:0], keys...)
 	return c
 }
 
-// append adds args to the call's arguments.
-func (c *call) append(args ...any) *call {
-	c.args = append(c.args, args...)
-	return c
+// argc is the length of the call's ARGV.
+func (c *call) argc() int {
+	if c.clock == nil {
+		return len(c.argv)
+	}
+	return 2 + len(c.argv)
+}
+
+// args appends the call's arguments to dst: its script, with the source
+// (EVAL) or the digest (EVALSHA), its KEYS when keys, then its ARGV.
+func (c *call) args(dst []any, keys bool) []any {
+	if keys {
+		for _, key := range c.keys {
+			dst = append(dst, key)
+		}
+	}
+	if c.clock != nil {
+		dst = append(dst, c.clock, c.rid)
+	}
+	return append(dst, c.argv...)
+}
+
+// tag returns the hash tag of the call's keys, which all share it.
+func (c *call) tag() string {
+	key := c.keys[0]
+	i := strings.IndexByte(key, '{')
+	j := strings.IndexByte(key[i+1:], '}')
+	return key[i+1 : i+1+j]
+}
+
+// replyLen returns the length of the call's reply: a decision's, or a
+// settlement's {1}.
+func (c *call) replyLen() int {
+	if c.script.batch == asSettle {
+		return 1
+	}
+	return replyLen(len(c.keys))
 }
 
 // recycle returns the call to the pool. Only its last owner calls it.
 func (c *call) recycle() {
-	clear(c.args) // drop references to the key and the script
-	c.args = c.args[:0]
-	c.script, c.reply, c.err = nil, nil, nil
+	clear(c.keys) // drop references to the keys and the arguments
+	clear(c.argv)
+	c.keys, c.argv = c.keys[:0], c.argv[:0]
+	c.script, c.clock, c.rid, c.reply, c.err = nil, nil, "", nil, nil
 	c.due, c.tries = time.Time{}, 0
 	c.state.Store(waiting)
 	calls.Put(c)
@@ -149,11 +182,11 @@ type trip struct {
 	resent []unit // what Redis refused without running it, sent once more (resend)
 	todo   []*unit
 	cmds   []redis.Cmder
-	args   []any // the batch script calls' arguments
+	args   []any // the units' commands
 }
 
-// unit is one script call of a round trip: one decision's own call, or
-// several decisions' as one call of batchScript.
+// unit is one script call of a round trip: one call, or several as one
+// call of batchScript.
 type unit struct {
 	calls   []*call
 	args    []any // EVALSHA's, then EVAL's after NOSCRIPT
@@ -168,7 +201,7 @@ func (u *unit) batched() bool { return u.script == batchScript }
 // run sends calls to Redis in one round trip and stores each unit's reply
 // or error in t.units.
 func (t *trip) run(ctx context.Context, tr *transport, calls []*call) {
-	t.units = tr.plan(t, calls)
+	tr.plan(t, calls)
 	tr.exchange(ctx, t)
 	if u := &t.units[0]; u.batched() && refused(u.err, "CROSSSLOT") && tr.mode.CompareAndSwap(planOne, planEach) {
 		// The keys are not on one server (a cluster or a sharding proxy
@@ -177,7 +210,7 @@ func (t *trip) run(ctx context.Context, tr *transport, calls []*call) {
 		tr.log.Warn("redlimit: Redis refused a batch of decisions as CROSSSLOT; sending one script call per decision from now on (WithBatchScript(false) says so from the start)",
 			"error", u.err)
 		t.reset()
-		t.units = tr.plan(t, calls)
+		tr.plan(t, calls)
 		tr.exchange(ctx, t)
 	}
 }
@@ -221,36 +254,26 @@ func (t *trip) each(f func(*unit)) {
 // reset drops the round trip's references to calls, keys and replies.
 func (t *trip) reset() {
 	clear(t.units)
-	t.units = t.units[:0]
 	clear(t.resent)
-	t.resent = t.resent[:0]
 	clear(t.args)
-	t.args = t.args[:0]
+	t.units, t.resent, t.args = t.units[:0], t.resent[:0], t.args[:0]
 }
 
-// plan lays calls out as the script calls (units) of one round trip:
-//
-//   - To a single server (a *redis.Client: standalone, or Sentinel's
-//     failover client), all of them as one call of the batch script, which
-//     makes each decision in turn, each atomic and independent: the server
-//     then pays its per-call cost (parsing, finding the script, setting up
-//     KEYS and ARGV, reading the clock) once per round trip.
-//   - On a Cluster or Ring, the calls whose keys share a hash tag (one key
-//     decided by many requests at once) as one call of the batch script per
-//     tag, since their keys are in one slot; the others one call each.
-//     go-redis sends them as one pipeline per node.
-//   - Resets always on their own.
-//   - Otherwise every call on its own: WithBatchScript(false) (a proxy that
-//     routes a script by its first key would run a batch of many keys on one
-//     shard), a client that cannot pipeline, or after a single server
-//     refused a batch as CROSSSLOT (a cluster behind one address).
-func (tr *transport) plan(t *trip, calls []*call) []unit {
-	units := t.units[:0]
+// plan lays calls out in t.units as the script calls of one round trip.
+// To a single server (a *redis.Client: standalone, or Sentinel's failover
+// client), all of them as one call of the batch script, which makes each
+// decision in turn, each atomic and independent, so that the server pays
+// its cost per call (parsing, finding the script, setting up KEYS and
+// ARGV, reading the clock) once. On a Cluster or Ring, the calls of one
+// hash tag (one slot) as one call of the batch script per tag, the others
+// one call each, which go-redis sends as one pipeline per node. A reset
+// always alone. Every call alone with WithBatchScript(false) (a proxy that
+// routes a script by its first key), a client that cannot pipeline, or
+// after a single server refused a batch as CROSSSLOT.
+func (tr *transport) plan(t *trip, calls []*call) {
 	mode := tr.mode.Load()
 	if mode != planEach && len(calls) > 1 {
-		// Decisions and settlements go in a batch script call; a reset
-		// is a call of its own.
-		n := 0
+		n := 0 // decisions and settlements first; a reset is a call of its own
 		for i, c := range calls {
 			if c.script.batch != unbatched {
 				calls[n], calls[i] = calls[i], calls[n]
@@ -258,73 +281,61 @@ func (tr *transport) plan(t *trip, calls []*call) []unit {
 			}
 		}
 		for i := n; i < len(calls); i++ {
-			units = append(units, unit{calls: calls[i : i+1], args: calls[i].args, script: calls[i].script})
+			t.units = append(t.units, t.single(calls[i:i+1]))
 		}
 		calls = calls[:n]
 	}
-	switch {
-	case len(calls) > 1 && mode == planOne:
-		return append(units, t.batchUnit(calls))
-	case len(calls) > 1 && mode == planByTag:
+	if mode == planByTag && len(calls) > 1 {
 		slices.SortFunc(calls, func(a, b *call) int { return strings.Compare(a.tag(), b.tag()) })
-		for len(calls) > 0 {
-			n := 1
+	}
+	for len(calls) > 0 {
+		n := 1
+		switch {
+		case mode == planOne:
+			n = len(calls)
+		case mode == planByTag:
 			for n < len(calls) && calls[n].tag() == calls[0].tag() {
 				n++
 			}
-			if n == 1 {
-				units = append(units, unit{calls: calls[:1], args: calls[0].args, script: calls[0].script})
-			} else {
-				units = append(units, t.batchUnit(calls[:n]))
-			}
-			calls = calls[n:]
 		}
-		return units
+		if n == 1 {
+			t.units = append(t.units, t.single(calls[:1]))
+		} else {
+			t.units = append(t.units, t.batch(calls[:n]))
+		}
+		calls = calls[n:]
 	}
-	for i, c := range calls {
-		units = append(units, unit{calls: calls[i : i+1], args: c.args, script: c.script})
-	}
-	return units
 }
 
-// replyLen returns the length of the call's reply: a decision's, or a
-// settlement's {1}.
-func (c *call) replyLen() int {
-	if c.script.batch == asSettle {
-		return 1
-	}
-	return replyLen(c.args[2].(int))
+// single lays out one call (calls[0]) as a unit of its own.
+func (t *trip) single(calls []*call) unit {
+	c, start := calls[0], len(t.args)
+	t.args = c.args(append(t.args, "evalsha", c.script.shaArg, len(c.keys)), true)
+	// A full slice expression: a later unit's append must not grow this one.
+	return unit{calls: calls, args: t.args[start:len(t.args):len(t.args)], script: c.script}
 }
 
-// tag returns the hash tag of the call's keys, which all share it.
-func (c *call) tag() string {
-	key := c.args[3].(string)
-	i := strings.IndexByte(key, '{')
-	j := strings.IndexByte(key[i+1:], '}')
-	return key[i+1 : i+1+j]
-}
-
-// batchUnit lays calls out as one call of batchScript (lua/batch.lua),
-// its arguments in the trip's buffer.
-func (t *trip) batchUnit(calls []*call) unit {
-	keys := 0
+// batch lays calls out as one call of batchScript (lua/batch.lua): every
+// call's KEYS, then per call its KEYS count (negative for a settlement),
+// its ARGV count and its ARGV.
+func (t *trip) batch(calls []*call) unit {
+	keys, start := 0, len(t.args)
 	for _, c := range calls {
-		keys += c.args[2].(int)
+		keys += len(c.keys)
 	}
-	start := len(t.args)
 	t.args = append(t.args, "evalsha", batchScript.shaArg, keys)
-	for _, c := range calls { // KEYS: every decision's
-		t.args = append(t.args, c.args[3:3+c.args[2].(int)]...)
+	for _, c := range calls {
+		for _, key := range c.keys {
+			t.args = append(t.args, key)
+		}
 	}
-	for _, c := range calls { // ARGV: per call, its KEYS (negative: a settlement's) and ARGV counts, its ARGV
-		n := c.args[2].(int)
-		argv := c.args[3+n:]
+	for _, c := range calls {
+		n := len(c.keys)
 		if c.script.batch == asSettle {
 			n = -n
 		}
-		t.args = append(append(t.args, n, len(argv)), argv...)
+		t.args = c.args(append(t.args, n, c.argc()), false)
 	}
-	// A full slice expression: a later unit's append must not grow this one.
 	return unit{calls: calls, args: t.args[start:len(t.args):len(t.args)], script: batchScript}
 }
 
@@ -368,14 +379,11 @@ const (
 	resendTries = 25
 )
 
-// resend sends once more, at once and in one round trip, the units a
-// Cluster refused without running them: TRYAGAIN (a slot whose keys are
-// being moved holds some of a call's keys but not all), CLUSTERDOWN,
-// READONLY (a master became a replica), and MOVED or ASK when go-redis has
-// run out of redirects. A batch goes as single calls: one key alone is run
-// where it is, or redirected (ASK) to the node it moved to. A single call
-// of several keys refused as TRYAGAIN again is marked errWaiting: it is
-// sent again later (requeue).
+// resend sends once more, in one round trip, the units a Cluster refused
+// without running them (unrun): a batch as single calls, since one key
+// alone runs where it is or is redirected (ASK) to where it moved. A call
+// refused as TRYAGAIN again (its keys split while their slot moves) is
+// marked errWaiting, to be sent again later (requeue).
 func (tr *transport) resend(ctx context.Context, t *trip) {
 	for i := range t.units {
 		u := &t.units[i]
@@ -383,8 +391,8 @@ func (tr *transport) resend(ctx context.Context, t *trip) {
 			continue
 		}
 		if u.batched() {
-			for j, c := range u.calls {
-				t.resent = append(t.resent, unit{calls: u.calls[j : j+1], args: c.args, script: c.script})
+			for j := range u.calls {
+				t.resent = append(t.resent, t.single(u.calls[j:j+1]))
 			}
 		} else {
 			t.resent = append(t.resent, unit{calls: u.calls, args: u.args, script: u.script})
@@ -398,12 +406,6 @@ func (tr *transport) resend(ctx context.Context, t *trip) {
 		t.todo = append(t.todo, &t.resent[i])
 	}
 	tr.send(ctx, t)
-	t.markWaiting()
-}
-
-// markWaiting marks errWaiting the units of t.resent refused as TRYAGAIN,
-// keeping the refusal to answer with if they never run.
-func (t *trip) markWaiting() {
 	for i := range t.resent {
 		if u := &t.resent[i]; refused(u.err, "TRYAGAIN") {
 			u.refusal, u.err = u.err, errWaiting
@@ -411,7 +413,7 @@ func (t *trip) markWaiting() {
 	}
 }
 
-// requeue hands each waiting unit's call to again (the lane's submit),
+// requeue hands each waiting unit's call to again (its lane's submit),
 // resendPause from now, while its caller waits for it (its due, or
 // resendTries times for a caller without a deadline), or else answers it
 // with its refusal. So no round trip waits for a slot's keys to move.
@@ -454,11 +456,10 @@ func unrun(err error) bool {
 		refused(err, "ASK") || refused(err, "READONLY")
 }
 
-// once marks a command as one go-redis must never send twice.
+// once marks a command go-redis must never resend, alone or in its
+// pipeline, after an error: the script may have run.
 type once struct{ *redis.IntSliceCmd }
 
-// NoRetry tells go-redis not to resend the command, or the pipeline that
-// holds it, after an error: the script may have run.
 func (once) NoRetry() bool { return true }
 
 // exec sends units in one round trip, as one pipeline when there are
@@ -494,20 +495,16 @@ func (tr *transport) exec(ctx context.Context, t *trip, units []*unit) {
 	clear(t.cmds)
 }
 
-// eval runs u through the redis.Scripter methods alone, for a client that
-// offers nothing else: one call at a time, with the client's own retries.
+// eval runs u, a single call, through the redis.Scripter methods alone,
+// for a client that offers nothing else: one call at a time, with the
+// client's own retries.
 func (tr *transport) eval(ctx context.Context, u *unit) ([]int64, error) {
-	n := u.args[2].(int)
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = u.args[3+i].(string)
-	}
-	argv := u.args[3+n:]
+	c := u.calls[0]
 	var cmd *redis.Cmd
 	if u.args[0] == "eval" {
-		cmd = tr.rdb.Eval(ctx, u.script.src, keys, argv...)
+		cmd = tr.rdb.Eval(ctx, c.script.src, c.keys, c.args(nil, false)...)
 	} else {
-		cmd = tr.rdb.EvalSha(ctx, u.script.sha, keys, argv...)
+		cmd = tr.rdb.EvalSha(ctx, c.script.sha, c.keys, c.args(nil, false)...)
 	}
 	vals, err := cmd.Slice()
 	if err != nil {
@@ -524,9 +521,8 @@ func (tr *transport) eval(ctx context.Context, u *unit) ([]int64, error) {
 	return reply, nil
 }
 
-// refused reports whether err is Redis's error reply with this code. It
-// does not call redis.HasErrorPrefix for a nil error, which would cost an
-// allocation per decision.
+// refused reports whether err is Redis's error reply with code (not
+// asking redis.HasErrorPrefix of nil, which costs an allocation).
 func refused(err error, code string) bool {
 	return err != nil && redis.HasErrorPrefix(err, code)
 }
