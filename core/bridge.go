@@ -14,7 +14,7 @@ func init() {
 		return l.decide(ctx, key, scopes, limits, n, each)
 	}
 	bridge.Reserve = func(l *Limiter, ctx context.Context, key string, scopes []string, limits []Limit, n int, each []Result) (*Reservation, int, error) {
-		return l.reserve(ctx, key, scopes, limits, n, each)
+		return l.reserve(ctx, key, scopes, limits, n, nil, each)
 	}
 	bridge.Check = checkLimits
 	bridge.State = func(l Limit) (variant, period string) {

@@ -16,8 +16,8 @@ import (
 // to the heap with the script call, so the caller's limits would too.
 type decision struct {
 	k     int    // how many limits
-	n     int    // the cost
-	never bool   // n is above some limit's capacity: report the state, admit nothing
+	n     int    // the cost, when every limit's is the same; else -1
+	never bool   // a cost is above its limit's capacity: report the state, admit nothing
 	rid   string // the reservation's id ("" when not reserving)
 	holds bool   // a limit holds slots (Concurrency), which only a reservation may take
 	// prefetch is the least Limit.Prefetch of the limits, 0 if one has
@@ -26,6 +26,7 @@ type decision struct {
 	prefetch, more, got int
 	infos               [bridge.MaxLimits]*limitInfo
 	keys                [bridge.MaxLimits]string
+	costs               [bridge.MaxLimits]int   // each limit's cost
 	marks               [bridge.MaxLimits]int64 // what the reply said each limit's settlement needs
 }
 
@@ -43,15 +44,16 @@ type decision struct {
 // It stores each limit's own result in each, if not nil (as long as
 // limits), and returns the binding result and its index.
 func (l *Limiter) decide(ctx context.Context, id string, scopes []string, limits []Limit, n int, each []Result) (Result, int, error) {
-	res, i, _, err := l.decision(ctx, id, scopes, limits, n, each, false)
+	res, i, _, err := l.decision(ctx, id, scopes, limits, n, nil, each, false)
 	return res, i, err
 }
 
 // decision is decide, which, when reserve is set, also takes Concurrency
-// limits and returns the Reservation of an allowed decision.
-func (l *Limiter) decision(ctx context.Context, id string, scopes []string, limits []Limit, n int, each []Result, reserve bool) (Result, int, *Reservation, error) {
+// limits and returns the Reservation of an allowed decision. costs, if not
+// nil, is each limit's cost in place of n.
+func (l *Limiter) decision(ctx context.Context, id string, scopes []string, limits []Limit, n int, costs []int, each []Result, reserve bool) (Result, int, *Reservation, error) {
 	var d decision
-	if err := l.prepare(&d, id, scopes, limits, n); err != nil {
+	if err := l.prepare(&d, id, scopes, limits, n, costs); err != nil {
 		return Result{}, 0, nil, err
 	}
 	if d.holds && !reserve {
@@ -65,7 +67,7 @@ func (l *Limiter) decision(ctx context.Context, id string, scopes []string, limi
 	if each != nil {
 		results = each[:len(limits)]
 	}
-	if d.prefetch > 0 && !reserve && n > 0 && !d.never {
+	if d.prefetch > 0 && !reserve && d.n > 0 && !d.never {
 		res, i, err := l.prefetched(ctx, &d, id, limits, results)
 		return res, i, nil, err
 	}
@@ -76,7 +78,6 @@ func (l *Limiter) decision(ctx context.Context, id string, scopes []string, limi
 // returns a Reservation when reserve is set, or when d fetched events to
 // hold (d.got of them beyond n), and the decision allowed.
 func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []Limit, results []Result, reserve bool) (Result, int, *Reservation, error) {
-	n := d.n
 	now := l.now()
 	var cacheID string
 	var seq uint64
@@ -84,7 +85,7 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 	if l.deny != nil && !d.never {
 		cacheID = d.cacheID()
 		var ok bool
-		if ok, refresh = l.deny.get(cacheID, d.keys[:d.k], limits, n, now, results); ok {
+		if ok, refresh = l.deny.get(cacheID, d.keys[:d.k], limits, d.costs[:d.k], now, results); ok {
 			res, i := binding(results)
 			res.Cached = true
 			return res, i, nil, nil
@@ -95,7 +96,7 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 	reply, err := l.ask(ctx, d, now)
 	var at int64 // the decision's clock, µs
 	if err == nil {
-		at, d.got, err = readReply(reply, limits, d.infos[:d.k], n, results, d.marks[:d.k])
+		at, d.got, err = readReply(reply, limits, d.infos[:d.k], d.costs[:d.k], results, d.marks[:d.k])
 	}
 	if err != nil {
 		// A copy of id: were id itself to reach the heap, so would the
@@ -105,45 +106,63 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 	res, i := binding(results)
 	switch {
 	case !res.Allowed && l.deny != nil && !d.never:
-		l.deny.add(cacheID, d.keys[:d.k], limits, n, now, seq, results)
+		l.deny.add(cacheID, d.keys[:d.k], limits, d.costs[:d.k], now, seq, results)
 	case refresh: // allowed after all: another process reset or raised a limit
 		l.deny.forget(cacheID)
 	}
 	switch {
-	case !res.Allowed || n == 0:
+	case !res.Allowed || d.n == 0: // nothing to settle
 		return res, i, nil, nil
 	case reserve:
 		return res, i, newReservation(l, d, at, results), nil
 	case d.got > 0: // a fetch: its give-back is a refund marked "+" (lua/gcra.lua)
+		d.n += d.got
+		for i := range d.k {
+			d.costs[i] = d.n
+		}
 		r := newReservation(l, d, at, results)
-		r.n, r.id = n+d.got, "+"
+		r.id = "+"
 		return res, i, r, nil
 	}
 	return res, i, nil, nil
 }
 
 // prepare checks the arguments of a decision and fills d: each limit's
-// worked-out info and the name of its state, and whether n can ever fit.
-func (l *Limiter) prepare(d *decision, id string, scopes []string, limits []Limit, n int) error {
+// worked-out info, the name of its state and its cost (n, or costs[i]),
+// and whether the costs can ever fit.
+func (l *Limiter) prepare(d *decision, id string, scopes []string, limits []Limit, n int, costs []int) error {
 	if err := l.checkKey(id); err != nil {
 		return err
 	}
 	if len(limits) == 0 || len(limits) > bridge.MaxLimits {
 		return fmt.Errorf("%w: %d limits in one decision; want 1 to %d", ErrInvalidLimit, len(limits), bridge.MaxLimits)
 	}
-	if n < 0 {
-		return fmt.Errorf("%w: n=%d must not be negative", ErrInvalidCost, n)
+	if costs != nil && len(costs) != len(limits) {
+		return fmt.Errorf("%w: %d costs for %d limits", ErrInvalidCost, len(costs), len(limits))
 	}
 	d.k, d.n = len(limits), n
 	d.prefetch = limits[0].Prefetch
 	for i, limit := range limits {
+		cost := n
+		if costs != nil {
+			cost = costs[i]
+			if i == 0 {
+				d.n = cost
+			} else if cost != d.n {
+				d.n = -1
+			}
+		}
+		if cost < 0 {
+			return fmt.Errorf("%w: a cost of %d must not be negative", ErrInvalidCost, cost)
+		}
+		d.costs[i] = cost
 		d.prefetch = min(d.prefetch, limit.Prefetch)
 		info, err := infos.get(limit)
 		if err != nil {
 			return err
 		}
 		d.infos[i], d.keys[i] = info, stateKey(l.prefix, scopeOf(scopes, i), id, info)
-		d.never = d.never || n > info.capacity
+		d.never = d.never || cost > info.capacity
 		d.holds = d.holds || info.d.holds
 		for j := range i {
 			if d.keys[j] == d.keys[i] {
@@ -177,16 +196,16 @@ func (d *decision) algorithms() string {
 // its cost (0 for a cost that can never be admitted: the state is
 // reported) and the algorithm's own.
 func (l *Limiter) ask(ctx context.Context, d *decision, now time.Time) ([]int64, error) {
-	cost := d.n
-	if d.never {
-		cost = 0
-	}
 	rid := d.rid
 	if d.more > 0 {
 		rid = fetchID(d.more)
 	}
 	c := l.limitsCall(scriptOf(d.infos[:d.k], false), d.keys[:d.k], now, rid)
-	for _, info := range d.infos[:d.k] {
+	for i, info := range d.infos[:d.k] {
+		cost := d.costs[i]
+		if d.never {
+			cost = 0
+		}
 		c.argv = info.appendArgs(append(c.argv, cost), now)
 	}
 	return l.run(ctx, c)

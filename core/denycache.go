@@ -85,7 +85,7 @@ func newDenyCache(keys int, maxAge time.Duration) *denyCache {
 // sent returns the sequence number a decision sent now records.
 func (c *denyCache) sent() uint64 { return c.seq.Load() }
 
-// get answers the decision of n events under limits, whose states are
+// get answers the decision of costs[i] events under limits[i], whose states are
 // keys, at now into results (one per limit) if Redis denied it, at costs no
 // higher, moments ago and the denial still holds. RetryAfter counts down to the denied costs' instants, so for
 // higher costs it is a lower bound.
@@ -95,13 +95,13 @@ func (c *denyCache) sent() uint64 { return c.seq.Load() }
 // most another maxAge: a flood on a denied key sends Redis one decision
 // per maxAge, not a burst of every waiting caller. From the entry's
 // retryAt on, every caller asks.
-func (c *denyCache) get(id string, keys []string, limits []Limit, n int, now time.Time, results []Result) (ok, refresh bool) {
+func (c *denyCache) get(id string, keys []string, limits []Limit, costs []int, now time.Time, results []Result) (ok, refresh bool) {
 	e, found := c.entries.Peek(id)
 	if !found || !now.Before(e.retryAt) || len(e.terms) != len(limits) || !c.fresh(e) {
 		return false, false
 	}
 	for i, t := range e.terms {
-		if keys[i] != e.keys[i] || limits[i] != t.limit || n < t.cost {
+		if keys[i] != e.keys[i] || limits[i] != t.limit || costs[i] < t.cost {
 			return false, false
 		}
 	}
@@ -139,11 +139,12 @@ func (c *denyCache) fresh(e *denial) bool {
 	return true
 }
 
-// add remembers that Redis denied the decision of n events under limits,
+// add remembers that Redis denied the decision of costs[i] events under
+// limits[i],
 // whose states are keys, sent at `sent` (the Limiter's clock, read before
 // the request left, so no later than Redis's) after reset number seq,
 // with results.
-func (c *denyCache) add(id string, keys []string, limits []Limit, n int, sent time.Time, seq uint64, results []Result) {
+func (c *denyCache) add(id string, keys []string, limits []Limit, costs []int, sent time.Time, seq uint64, results []Result) {
 	e := &denial{seq: seq, keys: append([]string(nil), keys...), terms: make([]deniedTerm, len(limits)),
 		retryAt: sent.Add(InfDuration / 2)}
 	for i, r := range results {
@@ -153,7 +154,7 @@ func (c *denyCache) add(id string, keys []string, limits []Limit, n int, sent ti
 			}
 			e.retryAt = minTime(e.retryAt, sent.Add(r.RetryAfter))
 		}
-		e.terms[i] = deniedTerm{limit: limits[i], cost: n, allowed: r.Allowed,
+		e.terms[i] = deniedTerm{limit: limits[i], cost: costs[i], allowed: r.Allowed,
 			remaining: r.Remaining, retryAt: sent.Add(r.RetryAfter), resetAt: sent.Add(r.ResetAfter),
 			nextAt: sent.Add(r.NextAfter)}
 	}

@@ -42,6 +42,42 @@ func ExampleLimiter_Reserve() {
 	// Output: tokens left: 7480
 }
 
+// Requests and tokens in one decision: an API key may make 60 requests and
+// spend 40 000 tokens a minute. Each request reserves 1 request and an
+// estimate of 1 000 tokens; a request either limit denies is charged to
+// neither. Once the model has answered, SettleEach charges the tokens it
+// really used and leaves the request limit as it is.
+func ExampleLimiter_ReserveEach() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	lim := core.New(rdb)
+	ctx := context.Background()
+
+	limits, err := core.ParseLimits("60/m, 40000/m unit=tokens")
+	if err != nil {
+		panic(err)
+	}
+	r, err := lim.ReserveEach(ctx, "key:k1", limits, []int{1, 1000})
+	if err != nil {
+		panic(err) // Redis is down: the failure policy decides
+	}
+	if !r.Result().Allowed {
+		fmt.Println("429: the", r.Result().Limit, "limit, retry after", r.Result().RetryAfter)
+		return
+	}
+	// ... call the model; it reports 230 tokens used ...
+	if err := r.SettleEach(ctx, []int{1, 230}); err != nil {
+		fmt.Println(err)
+	}
+	for _, l := range limits {
+		res, _ := lim.AllowN(ctx, "key:k1", l, 0) // a look: no charge
+		fmt.Println(l, "left:", res.Remaining)
+	}
+	// Output:
+	// 60/m left: 59
+	// 40000/m unit=tokens left: 39770
+}
+
 // Release frees a reservation's slots and lets its count stand: the usual
 // end of a job under a Concurrency limit. A Reservation nobody settles
 // keeps its slots until their lease ends.

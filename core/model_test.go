@@ -741,6 +741,10 @@ func (m *model) observe(ctx context.Context, admin redis.UniversalClient) error 
 // the entry, and why they do not fit ("" when they do).
 func (m *model) admit(before, after, c int64, open bool) (*mentry, string) {
 	e := &mentry{at: before, n: c, open: open, end: before + m.per}
+	if c == 0 { // a limit charged nothing (ReserveEach): nothing to check or count
+		e.end = before
+		return e, ""
+	}
 	why := ""
 	switch m.kind {
 	case kindMeter:
@@ -901,6 +905,8 @@ type outstanding struct {
 	r       *core.Reservation
 	name    string
 	n       int
+	ns      []int // each model's reserved cost (ReserveEach's may differ)
+	each    bool  // reserved with ReserveEach: settled with SettleEach
 	models  []*model
 	entries []*mentry
 }
@@ -953,15 +959,22 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time) (res modelRe
 	fmtOp := func(i int, at int64, lim int, s string, a ...any) string {
 		return fmt.Sprintf("%4d %-14s L%d %s", i, fmtAt(at), lim, fmt.Sprintf(s, a...))
 	}
-	settle := func(i, lim int, o *outstanding, cost int, release bool) error {
+	// settle settles o at costs[k] for its k-th limit (with SettleEach
+	// when o.each or costs differ), or releases it.
+	settle := func(i, lim int, o *outstanding, costs []int, release bool) error {
 		before := now()
 		var err error
 		what := "Release"
-		if release {
+		switch {
+		case release:
 			err = o.r.Release(ctx)
-		} else {
-			what = fmt.Sprintf("Settle(%d)", cost)
-			err = o.r.Settle(ctx, cost)
+			costs = o.ns
+		case o.each || len(costs) > 1 && costs[0] != costs[1]:
+			what = fmt.Sprintf("SettleEach(%v)", costs)
+			err = o.r.SettleEach(ctx, costs)
+		default:
+			what = fmt.Sprintf("Settle(%d)", costs[0])
+			err = o.r.Settle(ctx, costs[0])
 		}
 		if err != nil {
 			return fmt.Errorf("%s of %s: %w", what, o.name, err)
@@ -971,15 +984,15 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time) (res modelRe
 				return err
 			}
 			m.seq = int64(i) + 1
-			m.settle(o.entries[k], int64(o.n), int64(cost), before)
+			m.settle(o.entries[k], int64(o.ns[k]), int64(costs[k]), before)
+			switch {
+			case costs[k] < o.ns[k]:
+				res.refunds++
+			case costs[k] > o.ns[k]:
+				res.charges++
+			}
 		}
-		switch {
-		case cost < o.n:
-			res.refunds++
-		case cost > o.n:
-			res.charges++
-		}
-		res.trace = append(res.trace, fmtOp(i, before, lim, "%s of %s (reserved %d)", what, o.name, o.n))
+		res.trace = append(res.trace, fmtOp(i, before, lim, "%s of %s (reserved %v)", what, o.name, o.ns))
 		return nil
 	}
 	// decide makes one decision of op (its kind, Limiter and n) and
@@ -1018,13 +1031,28 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time) (res modelRe
 		}
 		gb := env.giveBacks.Load()
 		before := now()
+		// Every other two-limit reservation is a ReserveEach, the
+		// companion's cost apart from the primary's.
+		costs := make([]int, len(limits))
+		for k := range costs {
+			costs[k] = op.n
+		}
+		each := op.kind == opReserve2 && i%2 == 1
+		if each {
+			costs[1] = (op.n*7 + i) % (mc.companion.Capacity() + 2)
+		}
 		var r core.Result
 		var rsv *core.Reservation
 		var err error
-		switch op.kind {
-		case opAllow, opAllowPrefetch:
+		switch {
+		case each:
+			rsv, err = lim.ReserveEach(ctx, "k", limits, costs)
+			if err == nil {
+				r = rsv.Result()
+			}
+		case op.kind == opAllow || op.kind == opAllowPrefetch:
 			r, err = lim.AllowN(ctx, "k", limits[0], op.n)
-		case opAllowAll:
+		case op.kind == opAllowAll:
 			r, err = lim.AllowAll(ctx, "k", limits, op.n)
 		default:
 			rsv, err = lim.Reserve(ctx, "k", limits, op.n)
@@ -1053,6 +1081,9 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time) (res modelRe
 		}
 		verb := map[opKind]string{opAllow: "AllowN", opAllowPrefetch: "AllowN", opAllowAll: "AllowAll", opReserve: "Reserve", opReserve2: "Reserve", opReserveConc: "Reserve"}[op.kind]
 		line := fmtOp(i, before, op.lim, "%s([%s], %d) = allowed=%v remaining=%d", verb, strings.Join(names, ", "), op.n, r.Allowed, r.Remaining)
+		if each {
+			line = fmtOp(i, before, op.lim, "ReserveEach([%s], %v) = allowed=%v remaining=%d", strings.Join(names, ", "), costs, r.Allowed, r.Remaining)
+		}
 		if fromLease {
 			line += " (from the lease)"
 		} else if r.Cached {
@@ -1068,20 +1099,26 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time) (res modelRe
 		for _, l := range limits[1:] {
 			capacity = min(capacity, l.Capacity())
 		}
-		if r.Allowed && op.n > capacity {
-			return fail(fmt.Sprintf("allowed %d events, above the capacity %d", op.n, capacity))
+		for k, l := range limits {
+			if r.Allowed && costs[k] > l.Capacity() {
+				return fail(fmt.Sprintf("allowed %d events, above the capacity %d of %v", costs[k], l.Capacity(), l))
+			}
 		}
 		if r.Remaining > r.Limit.Capacity() {
 			return fail(fmt.Sprintf("Remaining %d above the binding limit's capacity %d (%v)", r.Remaining, r.Limit.Capacity(), r.Limit))
 		}
-		if !r.Allowed || op.n == 0 {
+		nothing := true
+		for _, c := range costs {
+			nothing = nothing && c == 0
+		}
+		if !r.Allowed || nothing {
 			return r.Allowed, false
 		}
 		res.admitted++
 		if fromLease {
 			res.local++
 		}
-		o := &outstanding{r: rsv, name: name, n: op.n}
+		o := &outstanding{r: rsv, name: name, n: op.n, ns: costs, each: each}
 		lease := int64(0)
 		switch {
 		case fromLease:
@@ -1095,13 +1132,13 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time) (res modelRe
 				fold = min(fold, f)
 			}
 		}
-		for _, m := range ms {
+		for k, m := range ms {
 			if err := m.observe(ctx, env.admin); err != nil {
 				res.err = err
 				return false, true
 			}
 			m.lease, m.foldBefore = lease, fold
-			e, why := m.admit(before, after, int64(op.n), rsv != nil)
+			e, why := m.admit(before, after, int64(costs[k]), rsv != nil)
 			m.lease = 0
 			if why != "" {
 				return fail("over the limit: " + why)
@@ -1115,7 +1152,7 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time) (res modelRe
 				j := i % len(open)
 				o := open[j]
 				open = append(open[:j], open[j+1:]...)
-				if err := settle(i, op.lim, o, o.n, true); err != nil {
+				if err := settle(i, op.lim, o, nil, true); err != nil {
 					res.err = err
 					return false, true
 				}
@@ -1145,20 +1182,28 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time) (res modelRe
 			j := op.pick % len(open)
 			o := open[j]
 			open = append(open[:j], open[j+1:]...)
-			cost := o.n
-			switch {
-			case op.kind == opRelease:
-			case op.cost == 0:
-				cost = 0
-			case op.cost == 1:
-				cost = op.r % o.n
-			case op.cost == 3:
-				cost = o.n + 1 + op.r%3
-				if op.r%8 == 0 { // now and then a deep debt
-					cost = o.n + 1 + op.r%(3*mc.primary.Capacity())
+			// Each limit's cost from the op's class; a reservation of two
+			// limits now and then settles them apart (SettleEach).
+			costs := make([]int, len(o.ns))
+			for k, n := range o.ns {
+				class, r := op.cost, op.r
+				if k > 0 && (o.each || op.r%4 == 0) {
+					class, r = (op.r>>4)%4, op.r>>6
+				}
+				costs[k] = n
+				switch {
+				case class == 0:
+					costs[k] = 0
+				case class == 1 && n > 0:
+					costs[k] = r % n
+				case class == 3:
+					costs[k] = n + 1 + r%3
+					if r%8 == 0 { // now and then a deep debt
+						costs[k] = n + 1 + r%(3*mc.primary.Capacity())
+					}
 				}
 			}
-			if err := settle(i, op.lim, o, cost, op.kind == opRelease); err != nil {
+			if err := settle(i, op.lim, o, costs, op.kind == opRelease); err != nil {
 				res.err = err
 				return res
 			}

@@ -193,9 +193,9 @@ func (r *Reservation) releaseCall(now time.Time) *call {
 		}
 	}
 	c := r.l.limitsCall(scriptOf(infos, true), keys, now, r.id)
-	c.argv = append(c.argv, r.at, r.n)
+	c.argv = append(c.argv, r.at)
 	for _, i := range at {
-		r.appendLimit(c, i, 0, now)
+		r.appendLimit(c, i, r.cost(i), now)
 	}
 	return c
 }

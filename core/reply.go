@@ -33,11 +33,11 @@ var errMalformed = errors.New("redlimit: a script's reply is malformed")
 func replyLen(limits int) int { return 2 + replyWidth*limits }
 
 // readReply stores in results (one per limit) what reply, a decision's,
-// says of each limit, and in marks each limit's mark; it returns the decision's clock in µs and the
-// events a prefetch took beyond the cost. An n above a limit's capacity
-// was sent as 0, to report the state: it is never allowed, RetryAfter
-// InfDuration.
-func readReply(reply []int64, limits []Limit, infos []*limitInfo, n int, results []Result, marks []int64) (int64, int, error) {
+// says of each limit, and in marks each limit's mark; it returns the
+// decision's clock in µs and the events a prefetch took beyond the cost.
+// A limit's cost (costs[i]) above its capacity was sent as 0, to report
+// the state: it is never allowed, RetryAfter InfDuration.
+func readReply(reply []int64, limits []Limit, infos []*limitInfo, costs []int, results []Result, marks []int64) (int64, int, error) {
 	if len(reply) != replyLen(len(limits)) {
 		return 0, 0, fmt.Errorf("%w: %d values for %d limits, want %d", errMalformed, len(reply), len(limits), replyLen(len(limits)))
 	}
@@ -53,7 +53,7 @@ func readReply(reply []int64, limits []Limit, infos []*limitInfo, n int, results
 			NextAfter:  us(r[5]),
 		}
 		marks[i] = r[6]
-		if n > infos[i].capacity {
+		if costs[i] > infos[i].capacity {
 			results[i].Allowed, results[i].RetryAfter = false, InfDuration
 		}
 	}

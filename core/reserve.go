@@ -19,14 +19,31 @@ import (
 // corrects them once the true cost is known. A denied Reservation holds
 // nothing. Errors are as AllowAll's, and then the Reservation is nil.
 func (l *Limiter) Reserve(ctx context.Context, key string, limits []Limit, n int) (*Reservation, error) {
-	r, _, err := l.reserve(ctx, key, nil, limits, n, nil)
+	r, _, err := l.reserve(ctx, key, nil, limits, n, nil, nil)
 	return r, err
 }
 
-// reserve is Reserve with a scope per limit and every limit's result in
-// each (as decide), which also returns the binding limit's index.
-func (l *Limiter) reserve(ctx context.Context, key string, scopes []string, limits []Limit, n int, each []Result) (*Reservation, int, error) {
-	res, i, r, err := l.decision(ctx, key, scopes, limits, n, each, true)
+// ReserveEach is Reserve with a cost for each limit: limits[i] is charged
+// costs[i], all in one atomic decision and one round trip; a request any
+// limit denies is charged to none. A cost of 0 charges nothing, and such
+// a limit denies only while it is in debt. A Concurrency limit holds
+// costs[i] slots. len(costs) must equal len(limits), and a negative cost
+// is an error wrapping ErrInvalidCost. For requests and tokens in one
+// decision: limits "60/m, 100000/m unit=tokens" with costs {1, estimate}.
+// Settle it with SettleEach (or Release).
+func (l *Limiter) ReserveEach(ctx context.Context, key string, limits []Limit, costs []int) (*Reservation, error) {
+	if len(costs) != len(limits) {
+		return nil, fmt.Errorf("%w: ReserveEach: %d costs for %d limits", ErrInvalidCost, len(costs), len(limits))
+	}
+	r, _, err := l.reserve(ctx, key, nil, limits, 0, costs, nil)
+	return r, err
+}
+
+// reserve is Reserve with a scope per limit, a cost per limit if costs is
+// not nil, and every limit's result in each (as decide); it also returns
+// the binding limit's index.
+func (l *Limiter) reserve(ctx context.Context, key string, scopes []string, limits []Limit, n int, costs []int, each []Result) (*Reservation, int, error) {
+	res, i, r, err := l.decision(ctx, key, scopes, limits, n, costs, each, true)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -45,10 +62,10 @@ func (l *Limiter) reserve(ctx context.Context, key string, scopes []string, limi
 type Reservation struct {
 	l     *Limiter
 	res   Result
-	facts []int64 // per limit, what the decision said: remaining, reset_after, next (µs), mark
-	n     int
-	at    int64  // the decision's clock, µs: when the events were counted
-	id    string // names the reservation's slots and sliding-log entries
+	facts []int64 // per limit: its cost, and what the decision said: remaining, reset_after, next (µs), mark
+	n     int     // the cost, when every limit's is the same (Reserve); else -1 (ReserveEach)
+	at    int64   // the decision's clock, µs: when the events were counted
+	id    string  // names the reservation's slots and sliding-log entries
 	keys  []string
 	infos []*limitInfo
 	holds bool // some limit holds slots, which a settlement frees whatever the cost
@@ -70,20 +87,24 @@ func newReservation(l *Limiter, d *decision, at int64, results []Result) *Reserv
 	r.keys = append(r.keys, d.keys[:d.k]...)
 	r.infos = append(r.infos, d.infos[:d.k]...)
 	for i, res := range results {
-		r.facts = append(r.facts, int64(res.Remaining), micros(res.ResetAfter), micros(res.NextAfter), d.marks[i])
+		r.facts = append(r.facts, int64(d.costs[i]), int64(res.Remaining), micros(res.ResetAfter), micros(res.NextAfter), d.marks[i])
 	}
 	return r
 }
 
 // factsWidth is how many facts a Reservation keeps of each limit.
-const factsWidth = 4
+const factsWidth = 5
+
+// cost returns what the Reservation reserved of its i-th limit.
+func (r *Reservation) cost(i int) int { return int(r.facts[factsWidth*i]) }
 
 // appendLimit appends to c, a settlement of r, the arguments of its i-th
-// limit (lua/settle.lua): delta, what the decision said of it, and its
+// limit (lua/settle.lua): the difference of its true cost and the
+// reserved, the reserved, what the decision said of it, and its
 // algorithm's own.
-func (r *Reservation) appendLimit(c *call, i, delta int, now time.Time) {
+func (r *Reservation) appendLimit(c *call, i, cost int, now time.Time) {
 	f := r.facts[factsWidth*i:]
-	c.argv = r.infos[i].appendArgs(append(c.argv, delta, f[0], f[1], f[2], f[3]), now)
+	c.argv = r.infos[i].appendArgs(append(c.argv, int64(cost)-f[0], f[0], f[1], f[2], f[3], f[4]), now)
 }
 
 // Result returns the decision the Reservation was made with: Allowed, and
@@ -120,39 +141,88 @@ func (r *Reservation) Settle(ctx context.Context, cost int) error {
 	if cost < 0 || cost > maxCount {
 		return fmt.Errorf("%w: Settle(%d): want 0 to %d", ErrInvalidCost, cost, maxCount)
 	}
+	if r.n < 0 {
+		return fmt.Errorf("%w: Settle(%d) of a reservation of a cost for each limit: settle it with SettleEach", ErrInvalidCost, cost)
+	}
+	return r.settle(ctx, nil, cost)
+}
+
+// SettleEach settles each limit at its own final cost, costs[i] for
+// limits[i], with Settle's rules: a refund or a charge per limit, and only
+// the limits whose cost changed move; one round trip, at most once. A
+// call with the wrong number of costs, or a cost below 0 or above 1e9, is
+// an error wrapping ErrInvalidCost and changes nothing: the Reservation
+// stays open. ErrSettled after the first settlement; nil, doing nothing,
+// on a denied Reservation.
+func (r *Reservation) SettleEach(ctx context.Context, costs []int) error {
+	if r.l == nil {
+		return nil
+	}
+	if len(costs) != len(r.infos) {
+		return fmt.Errorf("%w: SettleEach: %d costs for %d limits", ErrInvalidCost, len(costs), len(r.infos))
+	}
+	for _, c := range costs {
+		if c < 0 || c > maxCount {
+			return fmt.Errorf("%w: SettleEach(%v): want 0 to %d each", ErrInvalidCost, costs, maxCount)
+		}
+	}
+	return r.settle(ctx, costs, 0)
+}
+
+// settle settles r at costs[i] for each limit, or, when costs is nil, at
+// cost for every one (-1: at what each reserved, a release).
+func (r *Reservation) settle(ctx context.Context, costs []int, cost int) error {
 	if !r.done.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: reservation %s", ErrSettled, r.id)
 	}
-	delta := cost - r.n
-	if delta == 0 && !r.holds {
+	costOf := func(i int) int {
+		switch {
+		case costs != nil:
+			return costs[i]
+		case cost < 0:
+			return r.cost(i)
+		}
+		return cost
+	}
+	changed, refund := false, false
+	for i := range r.infos {
+		changed = changed || costOf(i) != r.cost(i)
+		refund = refund || costOf(i) < r.cost(i)
+	}
+	if !changed && !r.holds {
 		return nil
 	}
 	l := r.l
 	now := l.now()
 	c := l.limitsCall(scriptOf(r.infos, true), r.keys, now, r.id)
-	c.argv = append(c.argv, r.at, r.n)
+	c.argv = append(c.argv, r.at)
 	for i := range r.infos {
-		r.appendLimit(c, i, delta, now)
+		r.appendLimit(c, i, costOf(i), now)
 	}
 	_, err := l.run(ctx, c)
 	if errors.Is(err, ErrUnavailable) { // not sent: it may be tried again
 		r.done.Store(false)
 	}
-	if l.deny != nil && (delta < 0 || r.holds) { // freed allowance: cached denials of these keys are stale
+	if l.deny != nil && (refund || r.holds) { // freed allowance: cached denials of these keys are stale
 		for _, key := range r.keys {
 			l.deny.reset(key)
 		}
 	}
 	if err != nil {
 		l.settleFailed(r, err) // frees its slots in the background (release.go)
-		return fmt.Errorf("redlimit: settling reservation %s of %d at %d: %w", r.id, r.n, cost, err)
+		return fmt.Errorf("redlimit: settling reservation %s: %w", r.id, err)
 	}
 	return nil
 }
 
 // Release is Settle with the reserved n: the cost stands, the Concurrency
 // slots are freed.
-func (r *Reservation) Release(ctx context.Context) error { return r.Settle(ctx, r.n) }
+func (r *Reservation) Release(ctx context.Context) error {
+	if r.l == nil {
+		return nil
+	}
+	return r.settle(ctx, nil, -1)
+}
 
 // idPrefix makes reservation ids unique across processes: random, drawn
 // once per process; a counter tells a process's apart.

@@ -168,6 +168,9 @@ func stateKey(prefix, id string, l core.Limit) string {
 	if period[0] < '0' || period[0] > '9' {
 		period = "1" + period
 	}
+	if l.Unit != "" {
+		period += ":" + l.Unit
+	}
 	return key + ":" + period
 }
 

@@ -1,26 +1,28 @@
 -- settle: follows the algorithms' files. settle(k, n, at) settles one
--- reservation (core.Reservation's Settle and Release): each of its n
--- limits gives back or charges the difference between the true cost and
--- the reserved n, and concurrency limits free the reservation's slots.
+-- reservation (core.Reservation's Settle, SettleEach and Release): each of
+-- its n limits gives back or charges the difference between its true cost
+-- and what it reserved, and concurrency limits free the reservation's
+-- slots.
 --
 -- KEYS    the reservation's keys are KEYS[k .. k+n-1], one per limit.
 -- ARGV    from ARGV[at]: now ("" for the Redis clock); the reservation's
---         id; the µs it was made at (its decision's now); its n; then per
---         limit, in the order of its keys: delta (the true cost less n),
---         what the decision said of the limit (remaining, reset_after and
---         next, µs, and its mark), the name of its algorithm and its
---         arguments, as for the decision.
+--         id; the µs it was made at (its decision's now); then per limit,
+--         in the order of its keys: delta (its true cost less what it
+--         reserved), what it reserved, what the decision said of it
+--         (remaining, reset_after and next, µs, and its mark), the name
+--         of its algorithm and its arguments, as for the decision.
 -- Reply   settle returns {1}.
 local function settle(k, n, at)
-  now, rid, reserved, reserved_n = clock(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
-  at = at + 4
+  now, rid, reserved = clock(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2])
+  at = at + 3
   for i = 1, n do
-    local delta, alg = tonumber(ARGV[at]), algorithms[ARGV[at + 5]]
+    local delta, alg = tonumber(ARGV[at]), algorithms[ARGV[at + 6]]
+    reserved_n = tonumber(ARGV[at + 1])
     if delta ~= 0 or alg.holds then
-      alg.settle(KEYS[k + i - 1], delta, at + 6, tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
-        tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]))
+      alg.settle(KEYS[k + i - 1], delta, at + 7, tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
+        tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]))
     end
-    at = at + 6 + alg.args
+    at = at + 7 + alg.args
   end
   return {1}
 end
