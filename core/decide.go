@@ -152,8 +152,11 @@ func (l *Limiter) prepare(d *decision, id string, scopes []string, limits []Limi
 				d.n = -1
 			}
 		}
-		if cost < 0 {
-			return fmt.Errorf("%w: a cost of %d must not be negative", ErrInvalidCost, cost)
+		switch {
+		case cost < 0 && costs == nil:
+			return fmt.Errorf("%w: n=%d must not be negative", ErrInvalidCost, cost)
+		case cost < 0:
+			return fmt.Errorf("%w: cost %d of %v must not be negative", ErrInvalidCost, cost, limit)
 		}
 		d.costs[i] = cost
 		d.prefetch = min(d.prefetch, limit.Prefetch)
