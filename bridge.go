@@ -15,6 +15,8 @@ var (
 		limits []core.Limit, n int, each []core.Result) (core.Result, int, error))
 	reserve = bridge.Reserve.(func(l *core.Limiter, ctx context.Context, key string, scopes []string,
 		limits []core.Limit, n int, each []core.Result) (*core.Reservation, int, error))
+	reserveEach = bridge.ReserveEach.(func(l *core.Limiter, ctx context.Context, key string, scopes []string,
+		limits []core.Limit, costs []int, upTo uint32, each []core.Result) (*core.Reservation, int, error))
 	checkLimits = bridge.Check.(func(scopes []string, limits []core.Limit) error)
 	limitState  = bridge.State.(func(l core.Limit) (variant, period string))
 	limiterLog  = bridge.Logger.(func(l *core.Limiter) *slog.Logger)

@@ -2,8 +2,6 @@ package redlimit
 
 import (
 	"net/http"
-
-	"github.com/redlimit/redlimit/core"
 )
 
 // The one request flow, for every protocol: a protocol describes its
@@ -29,13 +27,19 @@ func Serve(p Policy, w http.ResponseWriter, r *http.Request, next func(http.Resp
 		next(w, r)
 		return Decision{}
 	}
+	if pol.budgets != nil { // a Usage for the handler to report to
+		if ctx := ContextWithUsage(q.Context, nil); ctx != q.Context {
+			r = r.WithContext(ctx)
+			q.Context, q.HTTP = ctx, r
+		}
+	}
 	d, held := pol.decide(&q, w.Header(), httpFields)
 	switch {
 	case !d.Allowed():
 		pol.answer.deny(w, r, d)
 	case held != nil:
 		var sw *statusWriter
-		if pol.ResponseCost != nil { // WithResponseCost is told the status
+		if pol.ResponseCost != nil || pol.budgets != nil { // a cost function is told the status
 			sw = &statusWriter{ResponseWriter: w}
 			w = sw
 		}
@@ -79,17 +83,43 @@ func ServeRequest(p Policy, q Request, md map[string][]string, next func() int) 
 }
 
 // serveHeld serves a request whose decision is a reservation (Concurrency
-// limits, WithResponseCost) with next, then settles it, whatever the
-// handler did: with the cost WithResponseCost reports for the status and
-// header next returns, capped at the policy's maximum, or releasing it
-// (the cost stands, slots are freed) when there is none, when it is
-// negative, or when the handler or the cost function panicked, before the
-// panic goes on up.
-func (p *policy) serveHeld(q *Request, held *core.Reservation, next func() (status int, header http.Header)) {
-	cost := -1 // the reserved n
-	defer func() { p.settle(q.Context, held, cost) }()
+// limits, WithResponseCost, budgets) with next, then settles it, whatever
+// the handler did: with the cost WithResponseCost reports for the status
+// and header next returns, capped at the policy's maximum, and each
+// budget's cost; or releasing it (the costs stand, slots are freed) when
+// there is none, when it is negative, or when the handler or a cost
+// function panicked, before the panic goes on up.
+func (p *policy) serveHeld(q *Request, held *hold, next func() (status int, header http.Header)) {
+	cost, costs := -1, []int(nil) // -1, nil: the reserved costs
+	defer func() {
+		if costs != nil {
+			p.settleEach(q.Context, held.r, costs)
+			return
+		}
+		p.settle(q.Context, held.r, cost)
+	}()
 	status, header := next()
+	c := -1
 	if p.ResponseCost != nil {
-		cost = p.boundCost(q.Context, p.ResponseCost(q, status, header))
+		c = p.boundCost(q.Context, p.ResponseCost(q, status, header))
 	}
+	if held.costs == nil {
+		cost = c
+		return
+	}
+	settled := held.costs // each limit's reserved cost: what a -1 leaves
+	tail := len(settled) - p.spent
+	if c >= 0 {
+		for i := range settled[:tail] {
+			settled[i] = c
+		}
+	}
+	for _, b := range p.budgets {
+		if n := p.budgetCost(q, b, status, header); n >= 0 {
+			for i := tail + b.at; i < tail+b.at+b.n; i++ {
+				settled[i] = n
+			}
+		}
+	}
+	costs = settled
 }

@@ -67,9 +67,9 @@ type quota struct {
 }
 
 // quotasOf returns the quotas of a policy's limits. The first is named as
-// the policy; the others add the period their state is kept under, and
-// their algorithm where two share a period: "api", "api-1h",
-// "api-1h-fixed_window".
+// the policy; the others add the period their state is kept under, their
+// algorithm where two of one unit share a period, and their unit if it is
+// not requests: "api", "api-1h", "api-1h-fixed_window", "api-1m-tokens".
 func quotasOf(scope string, limits []core.Limit) []quota {
 	quotas := make([]quota, len(limits))
 	for i, l := range limits {
@@ -78,10 +78,13 @@ func quotasOf(scope string, limits []core.Limit) []quota {
 			variant, period := limitState(l)
 			name += "-" + period
 			for _, m := range limits[:i] {
-				if m.Period == l.Period {
+				if m.Period == l.Period && m.Unit == l.Unit {
 					name += "-" + strings.ReplaceAll(variant, ":", "-")
 					break
 				}
+			}
+			if l.Unit != "" {
+				name += "-" + l.Unit
 			}
 		}
 		quotas[i] = quota{scope: scope, limit: l, name: name, member: sfString(name),
@@ -131,6 +134,9 @@ func policyItem(name string, l core.Limit) string {
 		q = int64(l.Rate) * window / period
 	}
 	item.Params.Add("q", q)
+	if l.Unit != "" { // the registry's units name none of these: the limit's own word
+		item.Params.Add("qu", l.Unit)
+	}
 	item.Params.Add("w", window/second)
 	if c := int64(l.Capacity()); c != q {
 		item.Params.Add("redlimit-burst", c)

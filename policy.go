@@ -77,6 +77,14 @@ func (p *policy) settle(ctx context.Context, held *core.Reservation, cost int) {
 	}
 }
 
+// settleEach settles held at costs, one per limit, with a context the
+// client's leaving does not cancel.
+func (p *policy) settleEach(ctx context.Context, held *core.Reservation, costs []int) {
+	if err := held.SettleEach(context.WithoutCancel(ctx), costs); err != nil {
+		p.reportSettleError(ctx, err)
+	}
+}
+
 // reportSettleError logs an error settling a request's reservation after
 // its handler, at error level, at most once a second per policy. The
 // request was decided and served; what the settlement would have changed
@@ -100,8 +108,10 @@ type policy struct {
 	policyconf.Funcs[Request, Decision]
 	config
 	lim      *core.Limiter
-	quotas   []quota  // what a request is decided under: a rules table's catch-all's, then its own
-	inherits int      // how many of quotas are the catch-all's
+	quotas   []quota // what a request is decided under: a rules table's catch-all's, then its own, then its budgets'
+	inherits int     // how many of quotas are the catch-all's
+	budgets  []*budget
+	spent    int      // how many quotas the budgets have, the last of a request's
 	local    fallback // FailLocal's; nil otherwise
 	log      *slog.Logger
 	errLog   throttle
@@ -141,7 +151,12 @@ func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, err
 	if name == "" {
 		name = formatLimits(limits)
 	}
-	if err := checkLimits(nil, limits); err != nil {
+	budgets, spent, err := checkBudgets(o.Budgets, 0)
+	if err != nil {
+		return nil, err
+	}
+	all := append(limits[:len(limits):len(limits)], spent...)
+	if err := checkLimits(nil, all); err != nil {
 		return nil, err
 	}
 	burst := smallestBurst(limits)
@@ -167,7 +182,8 @@ func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, err
 	if err := c.answer.check(); err != nil {
 		return nil, err
 	}
-	p := &policy{Funcs: o.Funcs, config: *c, lim: lim, quotas: quotasOf(name, limits), log: limiterLog(lim)}
+	p := &policy{Funcs: o.Funcs, config: *c, lim: lim, quotas: quotasOf(name, all), log: limiterLog(lim),
+		budgets: budgets, spent: len(spent)}
 	p.name, p.also = name, nil
 	if p.maxCost == 0 {
 		p.maxCost = defaultMaxCost
@@ -189,11 +205,18 @@ func smallestBurst(limits []core.Limit) int {
 	return burst
 }
 
+// hold is an admitted request's reservation, to settle after its
+// handler.
+type hold struct {
+	r     *core.Reservation
+	costs []int // with budgets: each limit's reserved cost; else nil
+}
+
 // decide decides q, writes the verdict's rate-limit fields to fields under
 // the names n, waits a shaping limit's delay, and tells the observer. It
 // returns the reservation to settle after the handler, if the decision
 // made one.
-func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (Decision, *core.Reservation) {
+func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (Decision, *hold) {
 	var start time.Time
 	if p.Observe != nil {
 		start = time.Now()
@@ -203,7 +226,13 @@ func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (
 	if quotas != nil {
 		p.answer.headers(fields, n, &d, quotas, s.each[:len(quotas)])
 	}
-	held := s.held
+	var held *hold
+	if s.held != nil {
+		held = &hold{r: s.held}
+		if p.budgets != nil {
+			held.costs = append([]int(nil), s.costs[:s.n]...)
+		}
+	}
 	s.reset()
 	scratches.Put(s)
 	if d.Allowed() && d.Result.Delay > 0 {
@@ -216,7 +245,7 @@ func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (
 		fields[n.retryAfter] = []string{"1"}
 	}
 	if held != nil && !d.Allowed() { // reserved, but not served after all
-		p.settle(q.Context, held, -1)
+		p.settle(q.Context, held.r, -1)
 		held = nil
 	}
 	if p.Observe != nil {
@@ -235,7 +264,8 @@ type scratch struct {
 	scopes [bridge.MaxLimits]string
 	limits [bridge.MaxLimits]core.Limit
 	each   [bridge.MaxLimits]core.Result
-	held   *core.Reservation // an allowed decision's, when it was a reservation
+	costs  [bridge.MaxLimits]int // with budgets: each limit's cost
+	held   *core.Reservation     // an allowed decision's, when it was a reservation
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -276,9 +306,14 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 	for i, q := range quotas {
 		scopes[i], limits[i] = q.scope, q.limit
 	}
-	if p.ResponseCost != nil || holdsSlots(limits) {
+	if p.budgets != nil || p.ResponseCost != nil || holdsSlots(limits) {
 		var held *core.Reservation
-		held, d.binding, d.Err = reserve(p.lim, ctx, d.Key, scopes, limits, p.cost, each)
+		if p.budgets != nil {
+			costs, upTo := p.reservedCosts(q, s.costs[:s.n])
+			held, d.binding, d.Err = reserveEach(p.lim, ctx, d.Key, scopes, limits, costs, upTo, each)
+		} else {
+			held, d.binding, d.Err = reserve(p.lim, ctx, d.Key, scopes, limits, p.cost, each)
+		}
 		if d.Err == nil {
 			d.Result = held.Result()
 			if d.Result.Allowed {
@@ -392,8 +427,8 @@ func (p *policy) requestQuotas(q *Request) ([]quota, error) {
 		return nil, pickError{err}
 	case limits == nil:
 		return p.quotas, nil
-	case len(limits)+p.inherits > bridge.MaxLimits:
-		return nil, fmt.Errorf("%w: the request picked %d limits; at most %d", core.ErrInvalidLimit, len(limits), bridge.MaxLimits-p.inherits)
+	case len(limits)+p.inherits+p.spent > bridge.MaxLimits:
+		return nil, fmt.Errorf("%w: the request picked %d limits; at most %d", core.ErrInvalidLimit, len(limits), bridge.MaxLimits-p.inherits-p.spent)
 	}
 	// The cost was checked against the policy's own limits; these are
 	// others. An invalid limit (no capacity) is core's to report.
@@ -403,7 +438,34 @@ func (p *policy) requestQuotas(q *Request) ([]quota, error) {
 				core.ErrInvalidCost, p.cost, smallestBurst(limits), formatLimits(limits))
 		}
 	}
+	if p.spent > 0 { // the budgets' last, named after the request's
+		for _, b := range p.budgets {
+			limits = append(limits[:len(limits):len(limits)], b.Limits...)
+		}
+	}
 	return append(p.quotas[:p.inherits:p.inherits], quotasOf(p.name, limits)...), nil
+}
+
+// reservedCosts fills costs, one per limit of a request q whose last p.spent
+// limits are its budgets', with what each limit reserves: WithCost's n,
+// or the budget's estimate; and returns it with the bits of the limits
+// that take up to their cost (Budget.TakeRest).
+func (p *policy) reservedCosts(q *Request, costs []int) ([]int, uint32) {
+	tail := len(costs) - p.spent
+	for i := range costs[:tail] {
+		costs[i] = p.cost
+	}
+	var upTo uint32
+	for _, b := range p.budgets {
+		n := p.estimate(q, b)
+		for i := tail + b.at; i < tail+b.at+b.n; i++ {
+			costs[i] = n
+			if b.TakeRest && n > 0 {
+				upTo |= 1 << i
+			}
+		}
+	}
+	return costs, upTo
 }
 
 // reportError logs a Redis error at error level, at most once a

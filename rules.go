@@ -295,12 +295,15 @@ func (t *ruleTable) add(lim *core.Limiter, pattern, spec string, c options) (p *
 		t.catchAll = p
 		return p, nil
 	}
-	if all := t.catchAll; all != nil { // decided together with the catch-all
-		if len(all.quotas)+len(p.quotas) > bridge.MaxLimits {
-			return nil, fmt.Errorf("%d limits with the catch-all's; at most %d", len(all.quotas)+len(p.quotas), bridge.MaxLimits)
+	if all := t.catchAll; all != nil { // decided together with the catch-all, under its budgets
+		own := p.quotas[:len(p.quotas)-p.spent]
+		if len(all.quotas)+len(own) > bridge.MaxLimits {
+			return nil, fmt.Errorf("%d limits with the catch-all's; at most %d", len(all.quotas)+len(own), bridge.MaxLimits)
 		}
-		p.quotas = append(all.quotas[:len(all.quotas):len(all.quotas)], p.quotas...)
-		p.inherits = len(all.quotas)
+		inherits := len(all.quotas) - all.spent
+		quotas := append(all.quotas[:inherits:inherits], own...)
+		p.quotas = append(quotas, all.quotas[inherits:]...)
+		p.inherits, p.budgets, p.spent = inherits, all.budgets, all.spent
 	}
 	defer func() { // ServeMux reports bad and conflicting patterns by panicking
 		if r := recover(); r != nil {

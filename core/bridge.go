@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/redlimit/redlimit/internal/bridge"
@@ -14,7 +15,13 @@ func init() {
 		return l.decide(ctx, key, scopes, limits, n, each)
 	}
 	bridge.Reserve = func(l *Limiter, ctx context.Context, key string, scopes []string, limits []Limit, n int, each []Result) (*Reservation, int, error) {
-		return l.reserve(ctx, key, scopes, limits, n, nil, each)
+		return l.reserve(ctx, key, scopes, limits, n, nil, 0, each)
+	}
+	bridge.ReserveEach = func(l *Limiter, ctx context.Context, key string, scopes []string, limits []Limit, costs []int, upTo uint32, each []Result) (*Reservation, int, error) {
+		if len(costs) != len(limits) {
+			return nil, 0, fmt.Errorf("%w: %d costs for %d limits", ErrInvalidCost, len(costs), len(limits))
+		}
+		return l.reserve(ctx, key, scopes, limits, 0, costs, upTo, each)
 	}
 	bridge.Check = checkLimits
 	bridge.State = func(l Limit) (variant, period string) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -227,5 +228,93 @@ func testReserveEachConcurrent(t *testing.T, newClient func() redis.UniversalCli
 	}
 	if denied == 0 {
 		t.Error("nothing was denied: the test did not reach either limit")
+	}
+}
+
+// TestReserveUpTo: a limit that takes up to its cost (the root's
+// Budget.TakeRest) takes what is left when less than its cost is, in the
+// same atomic decision; is denied, charging nothing, when nothing is
+// left, with a RetryAfter until one is back; and its settlement charges
+// the true cost from what it took. With one limit and with two, under
+// every algorithm that counts units, on miniredis and redis-server.
+func TestReserveUpTo(t *testing.T) {
+	t.Parallel()
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		m := miniredis.RunT(t)
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		testReserveUpTo(t, rdb)
+	})
+	t.Run("redis-server", func(t *testing.T) {
+		t.Parallel()
+		testReserveUpTo(t, redistest.Standalone(t).Client(t))
+	})
+}
+
+func testReserveUpTo(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	for _, alg := range []string{"gcra", "token_bucket", "fixed_window", "sliding_window", "sliding_log", "leaky_bucket"} {
+		for _, withRequests := range []bool{false, true} {
+			clock := &fakeClock{now: t0}
+			lim := core.New(rdb, patient, core.WithClock(clock.Now), core.WithPrefix(alg+"-"+strconv.FormatBool(withRequests)+":"))
+			spec, bit := "100/h unit=tokens "+alg, uint32(1)
+			if withRequests {
+				spec, bit = "10/h, "+spec, 2
+			}
+			limits := mustLimits(t, spec)
+			i := len(limits) - 1
+			costs := func(tokens int) []int {
+				c := make([]int, len(limits))
+				for j := range c {
+					c[j] = 1
+				}
+				c[i] = tokens
+				return c
+			}
+			what := alg + " " + spec
+			c := costs(70)
+			a, err := lim.ReserveUpTo(ctx, "k", limits, c, bit)
+			if err != nil || !a.Result().Allowed || c[i] != 70 {
+				t.Fatalf("%s: 70 of 100: %+v, %v, took %d", what, a, err, c[i])
+			}
+			c = costs(70)
+			b, err := lim.ReserveUpTo(ctx, "k", limits, c, bit)
+			if err != nil || !b.Result().Allowed || c[i] != 30 {
+				t.Fatalf("%s: up to 70 with 30 left: %+v, %v, took %d; want the last 30", what, b.Result(), err, c[i])
+			}
+			if left := allowN(t, lim, "k", limits[i], 0).Remaining; left != 0 {
+				t.Fatalf("%s: %d left after the last 30 were taken", what, left)
+			}
+			c = costs(70)
+			denied, err := lim.ReserveUpTo(ctx, "k", limits, c, bit)
+			if err != nil || denied.Result().Allowed || denied.Result().RetryAfter <= 0 {
+				t.Fatalf("%s: up to 70 with none left: %+v, %v; want denied, with a wait", what, denied.Result(), err)
+			}
+			if withRequests {
+				if left := allowN(t, lim, "k", limits[0], 0).Remaining; left != 8 {
+					t.Fatalf("%s: %d requests left; want 8: the denied one is charged none", what, left)
+				}
+			}
+			// The one that took 30 used 45: charged 15 more, a debt.
+			settle := costs(45)
+			if err := b.SettleEach(ctx, settle); err != nil {
+				t.Fatal(err)
+			}
+			if alg == "gcra" || alg == "token_bucket" {
+				res := allowN(t, lim, "k", limits[i], 0)
+				// 15 tokens of debt at 100 an hour: 9m to wait out, 9m36s until one fits.
+				if res.Remaining != 0 || res.RetryAfter != 15*36*time.Second || res.NextAfter != 16*36*time.Second {
+					t.Fatalf("%s: after a debt of 15: %+v; want 0 left, a debt of 9m, one more in 9m36s", what, res)
+				}
+			}
+			// The one that took 70 used 10: 60 back.
+			if err := a.SettleEach(ctx, costs(10)); err != nil {
+				t.Fatal(err)
+			}
+			if left, want := allowN(t, lim, "k", limits[i], 0).Remaining, 45; left != want {
+				t.Fatalf("%s: %d left after 10 and 45 of 100 were used; want %d", what, left, want)
+			}
+		}
 	}
 }

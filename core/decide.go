@@ -20,6 +20,10 @@ type decision struct {
 	never bool   // a cost is above its limit's capacity: report the state, admit nothing
 	rid   string // the reservation's id ("" when not reserving)
 	holds bool   // a limit holds slots (Concurrency), which only a reservation may take
+	// upTo's bit i lets limits[i] take up to its cost: what it has left, if
+	// it has any (lua/decide.lua); the reply says what it took, which
+	// becomes its cost.
+	upTo uint32
 	// prefetch is the least Limit.Prefetch of the limits, 0 if one has
 	// none; more asks the script for up to that many events beyond n (a
 	// fetch, prefetch.go), and got is how many it granted.
@@ -44,15 +48,17 @@ type decision struct {
 // It stores each limit's own result in each, if not nil (as long as
 // limits), and returns the binding result and its index.
 func (l *Limiter) decide(ctx context.Context, id string, scopes []string, limits []Limit, n int, each []Result) (Result, int, error) {
-	res, i, _, err := l.decision(ctx, id, scopes, limits, n, nil, each, false)
+	res, i, _, err := l.decision(ctx, id, scopes, limits, n, nil, 0, each, false)
 	return res, i, err
 }
 
 // decision is decide, which, when reserve is set, also takes Concurrency
 // limits and returns the Reservation of an allowed decision. costs, if not
-// nil, is each limit's cost in place of n.
-func (l *Limiter) decision(ctx context.Context, id string, scopes []string, limits []Limit, n int, costs []int, each []Result, reserve bool) (Result, int, *Reservation, error) {
-	var d decision
+// nil, is each limit's cost in place of n; bit i of upTo lets limits[i]
+// take up to costs[i] (see decision.upTo), and an allowed decision then
+// writes what it took into costs[i].
+func (l *Limiter) decision(ctx context.Context, id string, scopes []string, limits []Limit, n int, costs []int, upTo uint32, each []Result, reserve bool) (Result, int, *Reservation, error) {
+	d := decision{upTo: upTo}
 	if err := l.prepare(&d, id, scopes, limits, n, costs); err != nil {
 		return Result{}, 0, nil, err
 	}
@@ -71,7 +77,11 @@ func (l *Limiter) decision(ctx context.Context, id string, scopes []string, limi
 		res, i, err := l.prefetched(ctx, &d, id, limits, results)
 		return res, i, nil, err
 	}
-	return l.remote(ctx, &d, id, limits, results, reserve)
+	res, i, r, err := l.remote(ctx, &d, id, limits, results, reserve)
+	if upTo != 0 && err == nil && res.Allowed {
+		copy(costs, d.costs[:d.k])
+	}
+	return res, i, r, err
 }
 
 // remote is a decision's steps from the deny cache on: it asks Redis. It
@@ -82,10 +92,18 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 	var cacheID string
 	var seq uint64
 	refresh := false // this decision refreshes a cached denial
+	// what the deny cache compares: each limit's cost, 1 for one that
+	// takes up to its cost (it is denied only when not one is left)
+	cached := d.costs
+	for i := range d.k {
+		if d.upTo&(1<<i) != 0 {
+			cached[i] = 1
+		}
+	}
 	if l.deny != nil && !d.never {
 		cacheID = d.cacheID()
 		var ok bool
-		if ok, refresh = l.deny.get(cacheID, d.keys[:d.k], limits, d.costs[:d.k], now, results); ok {
+		if ok, refresh = l.deny.get(cacheID, d.keys[:d.k], limits, cached[:d.k], now, results); ok {
 			res, i := binding(results)
 			res.Cached = true
 			return res, i, nil, nil
@@ -96,7 +114,7 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 	reply, err := l.ask(ctx, d, now)
 	var at int64 // the decision's clock, µs
 	if err == nil {
-		at, d.got, err = readReply(reply, limits, d.infos[:d.k], d.costs[:d.k], results, d.marks[:d.k])
+		at, d.got, err = readReply(reply, limits, d.infos[:d.k], d.costs[:d.k], d.upTo, results, d.marks[:d.k])
 	}
 	if err != nil {
 		// A copy of id: were id itself to reach the heap, so would the
@@ -106,7 +124,7 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 	res, i := binding(results)
 	switch {
 	case !res.Allowed && l.deny != nil && !d.never:
-		l.deny.add(cacheID, d.keys[:d.k], limits, d.costs[:d.k], now, seq, results)
+		l.deny.add(cacheID, d.keys[:d.k], limits, cached[:d.k], now, seq, results)
 	case refresh: // allowed after all: another process reset or raised a limit
 		l.deny.forget(cacheID)
 	}
@@ -165,7 +183,11 @@ func (l *Limiter) prepare(d *decision, id string, scopes []string, limits []Limi
 			return err
 		}
 		d.infos[i], d.keys[i] = info, stateKey(l.prefix, scopeOf(scopes, i), id, info)
-		d.never = d.never || cost > info.capacity
+		if d.upTo&(1<<i) != 0 {
+			d.n = -1 // what it takes is the reply's to say
+		} else {
+			d.never = d.never || cost > info.capacity
+		}
 		d.holds = d.holds || info.d.holds
 		for j := range i {
 			if d.keys[j] == d.keys[i] {
@@ -208,6 +230,9 @@ func (l *Limiter) ask(ctx context.Context, d *decision, now time.Time) ([]int64,
 		cost := d.costs[i]
 		if d.never {
 			cost = 0
+		}
+		if d.upTo&(1<<i) != 0 {
+			cost = -cost // take up to cost (lua/decide.lua)
 		}
 		c.argv = info.appendArgs(append(c.argv, cost), now)
 	}

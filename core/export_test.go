@@ -177,3 +177,11 @@ func (l *Limiter) Lanes() int {
 	l.engine.lanes.Range(func(any, any) bool { n++; return true })
 	return n
 }
+
+// ReserveUpTo is ReserveEach whose limits with bit i of upTo set take up
+// to their cost (bridge.ReserveEach); an allowed reservation writes what
+// each took into costs.
+func (l *Limiter) ReserveUpTo(ctx context.Context, key string, limits []Limit, costs []int, upTo uint32) (*Reservation, error) {
+	r, _, err := l.reserve(ctx, key, nil, limits, 0, costs, upTo, nil)
+	return r, err
+}

@@ -14,7 +14,8 @@ import (
 //
 //	allowed (0 or 1), remaining, retry_after, reset_after, delay, next, mark
 //
-// durations in microseconds (see Result for what each means; a remaining
+// where a limit that takes up to its cost (decision.upTo) says, when it
+// allows, 1 plus what it took (at least 2) in place of 1; durations in microseconds (see Result for what each means; a remaining
 // below 0, a debt, reads as 0); mark is what a settlement of the decision
 // sends back to the algorithm (lua/prelude.lua). A batch
 // script (lua/batch.lua) replies with each decision's reply in turn, each
@@ -37,7 +38,7 @@ func replyLen(limits int) int { return 2 + replyWidth*limits }
 // decision's clock in µs and the events a prefetch took beyond the cost.
 // A limit's cost (costs[i]) above its capacity was sent as 0, to report
 // the state: it is never allowed, RetryAfter InfDuration.
-func readReply(reply []int64, limits []Limit, infos []*limitInfo, costs []int, results []Result, marks []int64) (int64, int, error) {
+func readReply(reply []int64, limits []Limit, infos []*limitInfo, costs []int, upTo uint32, results []Result, marks []int64) (int64, int, error) {
 	if len(reply) != replyLen(len(limits)) {
 		return 0, 0, fmt.Errorf("%w: %d values for %d limits, want %d", errMalformed, len(reply), len(limits), replyLen(len(limits)))
 	}
@@ -45,7 +46,7 @@ func readReply(reply []int64, limits []Limit, infos []*limitInfo, costs []int, r
 		r := reply[2+replyWidth*i:]
 		results[i] = Result{
 			Limit:      l,
-			Allowed:    r[0] == 1,
+			Allowed:    r[0] >= 1,
 			Remaining:  int(max(0, r[1])),
 			RetryAfter: us(r[2]),
 			ResetAfter: us(r[3]),
@@ -53,6 +54,12 @@ func readReply(reply []int64, limits []Limit, infos []*limitInfo, costs []int, r
 			NextAfter:  us(r[5]),
 		}
 		marks[i] = r[6]
+		if upTo&(1<<i) != 0 { // took up to its cost: the reply says how many
+			if r[0] >= 2 {
+				costs[i] = int(r[0] - 1)
+			}
+			continue
+		}
 		if costs[i] > infos[i].capacity {
 			results[i].Allowed, results[i].RetryAfter = false, InfDuration
 		}

@@ -19,7 +19,7 @@ import (
 // corrects them once the true cost is known. A denied Reservation holds
 // nothing. Errors are as AllowAll's, and then the Reservation is nil.
 func (l *Limiter) Reserve(ctx context.Context, key string, limits []Limit, n int) (*Reservation, error) {
-	r, _, err := l.reserve(ctx, key, nil, limits, n, nil, nil)
+	r, _, err := l.reserve(ctx, key, nil, limits, n, nil, 0, nil)
 	return r, err
 }
 
@@ -35,15 +35,17 @@ func (l *Limiter) ReserveEach(ctx context.Context, key string, limits []Limit, c
 	if len(costs) != len(limits) {
 		return nil, fmt.Errorf("%w: ReserveEach: %d costs for %d limits", ErrInvalidCost, len(costs), len(limits))
 	}
-	r, _, err := l.reserve(ctx, key, nil, limits, 0, costs, nil)
+	r, _, err := l.reserve(ctx, key, nil, limits, 0, costs, 0, nil)
 	return r, err
 }
 
 // reserve is Reserve with a scope per limit, a cost per limit if costs is
-// not nil, and every limit's result in each (as decide); it also returns
-// the binding limit's index.
-func (l *Limiter) reserve(ctx context.Context, key string, scopes []string, limits []Limit, n int, costs []int, each []Result) (*Reservation, int, error) {
-	res, i, r, err := l.decision(ctx, key, scopes, limits, n, costs, each, true)
+// not nil (limits whose bit of upTo is set take up to theirs, and an
+// allowed reservation writes what they took into costs), and every
+// limit's result in each (as decide); it also returns the binding limit's
+// index.
+func (l *Limiter) reserve(ctx context.Context, key string, scopes []string, limits []Limit, n int, costs []int, upTo uint32, each []Result) (*Reservation, int, error) {
+	res, i, r, err := l.decision(ctx, key, scopes, limits, n, costs, upTo, each, true)
 	if err != nil {
 		return nil, 0, err
 	}

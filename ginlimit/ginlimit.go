@@ -75,7 +75,10 @@ func Middleware(p redlimit.Policy) gin.HandlerFunc {
 		if keysUsed.Load() { // where Key finds the gin context; the handlers keep c.Request
 			r = r.WithContext(context.WithValue(r.Context(), contextKey{}, c))
 		}
-		d := redlimit.Serve(p, c.Writer, r, func(http.ResponseWriter, *http.Request) int {
+		d := redlimit.Serve(p, c.Writer, r, func(_ http.ResponseWriter, served *http.Request) int {
+			if u := redlimit.UsageFrom(served.Context()); u != nil { // a budget's: the handler reports to it
+				c.Request = c.Request.WithContext(redlimit.ContextWithUsage(c.Request.Context(), u))
+			}
 			c.Next()
 			return c.Writer.Status()
 		})

@@ -272,3 +272,43 @@ func ExampleWithResponseCost() {
 	//       /test.Echo/Say    OK                remaining [9]
 	//       /test.Echo/Say    ResourceExhausted remaining [0]
 }
+
+// tokensUsed stands for what a model's reply says it used.
+func tokensUsed(reply any) int { return len(fmt.Sprint(reply)) }
+
+// Requests and tokens per API key for a gRPC service: a unary call is
+// charged what its reply says it used, a server stream what its handler
+// reports to the call's Usage as it sends (so a client that leaves
+// mid-stream is charged what was sent).
+func ExampleWithBudget() {
+	lim := core.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}))
+	tokens, err := core.ParseLimits("40000/m unit=tokens")
+	if err != nil {
+		panic(err)
+	}
+	budget := grpclimit.WithBudget(grpclimit.Budget{
+		Limits: tokens,
+		Estimate: func(ctx context.Context, fullMethod string, req any) int {
+			return 1000 // req is nil for a stream
+		},
+		Cost: func(ctx context.Context, fullMethod string, reply any, err error) int {
+			if reply == nil { // a stream, or a failed call
+				if used, ok := redlimit.UsageFrom(ctx).Used("tokens"); ok {
+					return used
+				}
+				return 0
+			}
+			return tokensUsed(reply)
+		},
+	})
+	key := grpclimit.WithKey(func(ctx context.Context, _ string) (string, error) {
+		return strings.Join(metadata.ValueFromIncomingContext(ctx, "api-key"), ""), nil
+	})
+	srv := grpc.NewServer(
+		grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, core.PerMinute(60), key, budget)),
+		grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(lim, core.PerMinute(60), key, budget)),
+	)
+	// In a stream handler, as each message goes out:
+	//	redlimit.UsageFrom(ss.Context()).Add("tokens", n)
+	_ = srv
+}

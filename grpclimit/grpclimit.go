@@ -117,7 +117,8 @@ type config struct {
 	policy   []redlimit.Option
 	rules    redlimit.Rules
 	hasRules bool // WithRules was given, maybe with an empty table
-	outcomes bool // WithResponseCost was given: keep each call's outcome for it
+	outcomes bool // WithResponseCost or WithBudget was given: keep each call's outcome for it
+	budgets  bool // WithBudget was given: the handler's context carries a redlimit.Usage
 }
 
 // With applies redlimit's options to the interceptor's policy, in order,
@@ -214,8 +215,12 @@ func UnaryServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) g
 	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		md := metadata.MD{}
+		if c.budgets {
+			ctx = redlimit.ContextWithUsage(ctx, nil)
+		}
 		q, out := request(ctx, info.FullMethod), c.outcome()
 		if out != nil {
+			out.req = req
 			q.Context = context.WithValue(ctx, outcomeKey{}, out)
 		}
 		d := redlimit.ServeRequest(p, q, md, func() int {
@@ -250,6 +255,10 @@ func StreamServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) 
 	}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		ctx := ss.Context()
+		if c.budgets {
+			ctx = redlimit.ContextWithUsage(ctx, nil)
+			ss = &usageStream{ServerStream: ss, ctx: ctx}
+		}
 		md := metadata.MD{}
 		q, out := request(ctx, info.FullMethod), c.outcome()
 		if out != nil {
@@ -274,6 +283,15 @@ func StreamServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) 
 		return err
 	}
 }
+
+// usageStream is a stream whose context carries a redlimit.Usage, for
+// the handler to report a budget's units to as it sends.
+type usageStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *usageStream) Context() context.Context { return s.ctx }
 
 // newPolicy checks limit and opts and builds the policy calls are decided
 // under: one for every call, or, with WithRules, a rules table whose
@@ -317,6 +335,8 @@ func checkCallable(c config) error {
 		return fmt.Errorf("grpclimit: %s(keyfunc.Func) reads HTTP requests and would find no key in any call (every call would end InvalidArgument): key calls with grpclimit.WithKey, or grpclimit.WithIPKey for keyfunc.IP's client address", pc.HTTPOnly.Key)
 	case pc.HTTPOnly.Skip != "":
 		return fmt.Errorf("grpclimit: %s reads HTTP requests and would skip no call: use grpclimit.WithSkip", pc.HTTPOnly.Skip)
+	case pc.HTTPOnly.Budget != "":
+		return fmt.Errorf("grpclimit: %s's functions read HTTP requests and would see no call: use grpclimit.WithBudget", pc.HTTPOnly.Budget)
 	case pc.HTTPOnly.Limits != "":
 		return fmt.Errorf("grpclimit: %s reads HTTP requests and would pick no call's limits: use grpclimit.WithLimits", pc.HTTPOnly.Limits)
 	case c.hasRules && pc.Limits != nil:

@@ -123,8 +123,67 @@ func WithResponseCost(cost func(ctx context.Context, fullMethod string, reply an
 // WithResponseCost's function, which finds it in the context of the call's
 // redlimit.Request under outcomeKey{}.
 type outcome struct {
+	req   any // a unary call's request, for a budget's Estimate
 	reply any
 	err   error
 }
 
 type outcomeKey struct{}
+
+// Budget is redlimit.Budget for calls: limits in a unit other than
+// requests (tokens), each call reserving Estimate before its handler and
+// charged Cost after it, decided with the interceptor's request limits in
+// one atomic script (a call any limit denies is charged to none) and
+// settled moving only the limits whose cost changed. MaxCost and TakeRest
+// are redlimit.Budget's.
+type Budget struct {
+	// Limits are the budget's, each of the same Unit, not "".
+	Limits []core.Limit
+	// Estimate is what a call reserves before its handler: it gets the
+	// call's context, full method and request (nil for a stream, whose
+	// messages come after the decision). nil or 0 reserves nothing.
+	Estimate func(ctx context.Context, fullMethod string, req any) int
+	// Cost is a call's true cost after its handler: it gets the call's
+	// context, full method, the unary handler's reply (nil for a stream)
+	// and error. nil: what the handler reported to its context's Usage
+	// (redlimit.UsageFrom(ctx).Add), or, if it reported nothing, what the
+	// call reserved. A server stream's handler adds as it sends, so a
+	// client that leaves mid-stream is charged what was sent.
+	Cost func(ctx context.Context, fullMethod string, reply any, err error) int
+	// MaxCost caps one call's reservation and charge; 0 means 1e9.
+	MaxCost int
+	// TakeRest admits a call whose estimate exceeds what is left against
+	// what is left, when some is (redlimit.Budget.TakeRest).
+	TakeRest bool
+}
+
+// WithBudget adds a budget to the interceptor's policy, as
+// redlimit.WithBudget does to an HTTP policy; the budget's limits are
+// announced in the response metadata with their unit (ratelimit-policy's
+// qu). The handler's context carries a redlimit.Usage. Of WithBudget and
+// With(redlimit.WithBudget), whose functions read HTTP requests, the
+// latter is refused.
+func WithBudget(b Budget) Option {
+	conf := policyconf.Budget[redlimit.Request]{Limits: append([]core.Limit(nil), b.Limits...), MaxCost: b.MaxCost, TakeRest: b.TakeRest}
+	if b.Estimate != nil {
+		conf.Estimate = func(q *redlimit.Request) int {
+			var req any
+			if out, ok := q.Context.Value(outcomeKey{}).(*outcome); ok {
+				req = out.req
+			}
+			return b.Estimate(q.Context, q.Route, req)
+		}
+	}
+	if b.Cost != nil {
+		conf.Cost = func(q *redlimit.Request, _ int, _ http.Header) int {
+			var reply any
+			var err error
+			if out, ok := q.Context.Value(outcomeKey{}).(*outcome); ok {
+				reply, err = out.reply, out.err
+			}
+			return b.Cost(q.Context, q.Route, reply, err)
+		}
+	}
+	add := With(policyconf.AddBudget[redlimit.Option](conf))
+	return func(c *config) { add(c); c.outcomes, c.budgets = true, true }
+}

@@ -5,14 +5,29 @@
 -- KEYS    the decision's keys are KEYS[k .. k+n-1].
 -- ARGV    its arguments start at ARGV[at], laid out as in prelude.lua. A
 --         reservation id of "+M" asks for a prefetch: up to M events more
---         than the cost, under every limit, as many as fit now.
+--         than the cost, under every limit, as many as fit now. A cost
+--         below 0 takes up to -cost ("take up to"): as many of them as the
+--         limit has left, if it has any left, else 1 (which it denies).
 -- Reply   decide returns {allowed, now, then per limit: allowed,
 --         remaining, retry_after, reset_after, delay, next, mark}: allowed is 0,
 --         or 1 plus the events a prefetch took beyond the cost; now is the
 --         decision's clock, which a reservation's settlement reads (0 when
---         the decision makes no reservation: shorter to send). When a
+--         the decision makes no reservation: shorter to send); a limit
+--         whose cost was "take up to" and which allowed says 1 plus what
+--         it took (so at least 2) in place of its allowed. When a
 --         limit denies, the limits that would have allowed report their
 --         state as it stays: as for cost 0.
+
+-- upto returns what a cost of "take up to -cost" takes under the limit
+-- of key, whose algorithm alg reads its arguments from ARGV[at]: up to
+-- -cost of what is left, or 1 when nothing is left (denied: the wait is
+-- for one). A cost of 0 or more is itself.
+local function upto(key, cost, alg, at)
+  if cost >= 0 then return cost end
+  local _, remaining = alg.decide(key, 0, at, false)
+  return math.max(1, math.min(-cost, remaining))
+end
+
 local function decide(k, n, at)
   now = clock(ARGV[at])
   rid = ARGV[at + 1]
@@ -33,17 +48,21 @@ local function decide(k, n, at)
   end
   fetching = more
   if n == 1 then -- one limit: decide and store in one pass
-    local cost = tonumber(ARGV[at]) + more
-    local allowed, remaining, retry, reset, delay, next, mark =
-      algorithms[ARGV[at + 1]].decide(KEYS[k], cost, at + 2, cost > 0)
-    return {allowed * (1 + more), stamp, allowed, remaining, retry, reset, delay, next, mark or 0}
+    local asked, alg = tonumber(ARGV[at]), algorithms[ARGV[at + 1]]
+    local cost = upto(KEYS[k], asked, alg, at + 2) + more
+    local allowed, remaining, retry, reset, delay, next, mark = alg.decide(KEYS[k], cost, at + 2, cost > 0)
+    local said = allowed
+    if asked < 0 and allowed == 1 then said = 1 + cost end
+    return {allowed * (1 + more), stamp, said, remaining, retry, reset, delay, next, mark or 0}
   end
 
   -- Several: decide each without storing. Only if all allow, decide each
   -- again, storing: nothing changed in between, so the answers are the same.
-  local reply, starts, denied = {1 + more, stamp}, {}, false
+  local reply, starts, costs, denied = {1 + more, stamp}, {}, {}, false
   for i = 1, n do
-    local cost, alg = tonumber(ARGV[at]) + more, algorithms[ARGV[at + 1]]
+    local alg = algorithms[ARGV[at + 1]]
+    local cost = upto(KEYS[k + i - 1], tonumber(ARGV[at]), alg, at + 2) + more
+    costs[i] = cost
     local allowed, remaining, retry, reset, delay, next, mark = alg.decide(KEYS[k + i - 1], cost, at + 2, false)
     denied = denied or allowed == 0
     local r = #reply
@@ -53,7 +72,7 @@ local function decide(k, n, at)
     at = at + 2 + alg.args
   end
   for i = 1, n do
-    local cost, alg, r = tonumber(ARGV[starts[i]]) + more, algorithms[ARGV[starts[i] + 1]], 3 + (i - 1) * 7
+    local cost, alg, r = costs[i], algorithms[ARGV[starts[i] + 1]], 3 + (i - 1) * 7
     if not denied and cost > 0 then -- the same answers, but a prefetch's that counts more
       reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
         alg.decide(KEYS[k + i - 1], cost, starts[i] + 2, true)
@@ -62,6 +81,7 @@ local function decide(k, n, at)
         alg.decide(KEYS[k + i - 1], 0, starts[i] + 2, false)
     end
     reply[r + 6] = reply[r + 6] or 0
+    if not denied and tonumber(ARGV[starts[i]]) < 0 then reply[r] = 1 + cost end
   end
   if denied then reply[1] = 0 end
   return reply

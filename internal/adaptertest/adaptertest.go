@@ -214,6 +214,11 @@ func Run(t *testing.T, a Adapter) {
 		{"SlotFreedOnPanic", testSlotFreedOnPanic},
 		{"SlotFreedClientGone", testSlotFreedClientGone},
 		{"StreamingAndHijacked", testStreamingAndHijacked},
+		{"BudgetDenials", testBudgetDenials},
+		{"BudgetSettles", testBudgetSettles},
+		{"BudgetCap", testBudgetCap},
+		{"BudgetLastTokens", testBudgetLastTokens},
+		{"BudgetStream", testBudgetStream},
 	}
 	if a.UserKey != nil {
 		cases = append(cases, struct {

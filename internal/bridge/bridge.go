@@ -34,6 +34,18 @@ var (
 	// nil without an error) to settle.
 	Reserve any
 
+	// ReserveEach is
+	//
+	//	func(l *core.Limiter, ctx context.Context, key string, scopes []string,
+	//		limits []core.Limit, costs []int, upTo uint32, each []core.Result) (r *core.Reservation, binding int, err error)
+	//
+	// Reserve's core.Limiter.ReserveEach: limits[i] charged costs[i]. A
+	// limit whose bit of upTo is set (1<<i) takes up to costs[i]: as many
+	// as it has left, if it has any, else it denies (its RetryAfter is
+	// until one is back); when the decision allows, costs[i] is set to
+	// what each limit took, which SettleEach settles from.
+	ReserveEach any
+
 	// Check is
 	//
 	//	func(scopes []string, limits []core.Limit) error

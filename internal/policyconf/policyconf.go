@@ -46,6 +46,20 @@ type Funcs[Q, D any] struct {
 	// status is HTTP's (a gRPC call's code mapped to it), header the
 	// response header (nil for a request of another protocol).
 	ResponseCost func(q *Q, status int, header http.Header) int
+	// Budgets are limits in other units than requests, each with its
+	// estimate and cost per request (redlimit.WithBudget).
+	Budgets []Budget[Q]
+}
+
+// Budget is a policy's limits in one unit other than requests, charged
+// Estimate before a request's handler and Cost after it, in the decision
+// of the policy's request limits (redlimit.Budget documents each field).
+type Budget[Q any] struct {
+	Limits   []core.Limit
+	Estimate func(q *Q) int
+	Cost     func(q *Q, status int, header http.Header) int
+	MaxCost  int
+	TakeRest bool
 }
 
 // HTTPOnly names the root package's options ("redlimit.WithKey") whose
@@ -54,7 +68,7 @@ type Funcs[Q, D any] struct {
 // adapter of another protocol refuses such a policy: the function would
 // never see one of its requests.
 type HTTPOnly struct {
-	Key, Skip, Limits string
+	Key, Skip, Limits, Budget string
 }
 
 // Key sets the policy's key function, for every protocol.
@@ -92,6 +106,12 @@ func Observe[O ~func(*Config[Q, D, R]), Q, D, R any](observe func(q *Q, d D)) O 
 // its handler, for every protocol.
 func ResponseCost[O ~func(*Config[Q, D, R]), Q, D, R any](cost func(q *Q, status int, header http.Header) int) O {
 	return func(c *Config[Q, D, R]) { c.ResponseCost = cost }
+}
+
+// AddBudget adds a budget whose functions read requests of every
+// protocol.
+func AddBudget[O ~func(*Config[Q, D, R]), Q, D, R any](b Budget[Q]) O {
+	return func(c *Config[Q, D, R]) { c.Budgets = append(c.Budgets, b) }
 }
 
 // Apply returns what opts say, applied in order to an empty Config (no
