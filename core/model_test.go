@@ -1045,6 +1045,11 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time) (res modelRe
 		var rsv *core.Reservation
 		var err error
 		switch {
+		case each && i%4 == 3: // the companion takes up to its cost (a budget's last tokens)
+			rsv, err = lim.ReserveUpTo(ctx, "k", limits, costs, 1<<1)
+			if err == nil {
+				r = rsv.Result()
+			}
 		case each:
 			rsv, err = lim.ReserveEach(ctx, "k", limits, costs)
 			if err == nil {
