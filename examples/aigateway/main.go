@@ -9,7 +9,7 @@
 //	kill -HUP <pid>                              # after editing the file
 //
 // Not here: gRPC (grpclimit is a nested module the main module does not
-// import; grpclimit.WithRules takes the same tier rules and WithTier) and
+// import) and
 // Prometheus metrics (promlimit, also a nested module). ADDR sets the
 // address to listen on, REDIS_URL a real Redis; -h says so.
 package main
