@@ -35,6 +35,7 @@ type config struct {
 	dryRun  bool
 	answer  answerer
 	maxCost int // WithMaxCost's; 0: defaultMaxCost
+	tier    func(q Request) (string, error)
 }
 
 // WithName names the policy. The name is the scope of its state in Redis,
@@ -272,4 +273,23 @@ const defaultMaxCost = 1_000_000_000
 // nothing.
 func WithMaxCost(n int) Option {
 	return func(c *options) { c.Rest.maxCost = n }
+}
+
+// WithTier says how a rules table finds a request's tier (its plan, looked
+// up from an API key, a header, a claim), for rules written for a tier:
+// "* tier=pro", "POST /v1/batch tier=pro". A request of a tier with rules
+// of its own is decided by them, and by the table's other rules for the
+// patterns they do not name; a request whose tier has no rules of its own,
+// or that tier returns "" for, by the rules without a tier, the default.
+// An error is logged at warn level (at most once a second) and the request
+// decided under the default's rules: never without a limit. A rule's state
+// is kept under its pattern whatever the tier, so a key that moves from
+// one tier to another keeps what it has used of every limit of the same
+// algorithm and period (docs/budgets.md#tiers). tier reads the request's
+// description, so it serves gRPC calls too (grpclimit.WithRules); ginlimit.Tier
+// and echolimit.Tier read a value an earlier handler stored. tier must be
+// safe for concurrent use. Only for rules tables (NewRuleSet): a policy of
+// one set of limits refuses it.
+func WithTier(tier func(q Request) (string, error)) Option {
+	return func(c *options) { c.Rest.tier = tier }
 }

@@ -33,6 +33,9 @@ type Policy interface {
 // functions call it, and panic on its error.
 func NewPolicy(lim *core.Limiter, limit core.Limit, opts ...Option) (Policy, error) {
 	c := newOptions(opts)
+	if c.Rest.tier != nil {
+		return nil, errors.New("redlimit: WithTier is for rules tables, whose rules name their tiers (NewRuleSet)")
+	}
 	p, err := newPolicy(&c, lim, append([]core.Limit{limit}, c.Rest.also...))
 	if err != nil {
 		return nil, err

@@ -6,16 +6,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/internal/bridge"
 	rulepattern "github.com/redlimit/redlimit/internal/pattern"
+	"github.com/redlimit/redlimit/internal/policyconf"
 )
 
 // ErrInvalidRules is wrapped by the errors of ParseRules, NewRuleSet and
@@ -99,10 +103,8 @@ func ParseRules(data []byte) (Rules, error) {
 		if _, dup := rules[pattern]; dup {
 			return nil, fmt.Errorf("%w: pattern %q is given twice", ErrInvalidRules, pattern)
 		}
-		if pattern != catchAll {
-			if _, err := rulepattern.Parse(pattern); err != nil {
-				return nil, fmt.Errorf("%w: rule %q: %w", ErrInvalidRules, pattern, err)
-			}
+		if _, _, err := checkKey(pattern); err != nil {
+			return nil, err
 		}
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
@@ -173,15 +175,19 @@ func abbreviate(raw []byte) string {
 // not usable); Update replaces its rules while it serves. It is safe for
 // concurrent use.
 type RuleSet struct {
-	lim   *core.Limiter
-	conf  options                   // the options of every rule, checked by NewRuleSet
-	local fallback                  // FailLocal's, one for the set, whatever its updates
-	table atomic.Pointer[ruleTable] // what requests are matched against; never nil once built
+	tier    func(q Request) (string, error) // WithTier's, or nil
+	log     *slog.Logger
+	tierLog throttle // tiers not found
+	lim     *core.Limiter
+	conf    options                   // the options of every rule, checked by NewRuleSet
+	local   fallback                  // FailLocal's, one for the set, whatever its updates
+	table   atomic.Pointer[ruleTable] // what requests are matched against; never nil once built
 }
 
 // ruleTable is the compiled rules of a RuleSet: built whole, only read
 // afterwards, and replaced whole by Update.
 type ruleTable struct {
+	tiers    map[string]*ruleTable // the tiers with rules of their own (the default's table only)
 	mux      *http.ServeMux
 	catchAll *policy // the "*" rule, or nil
 	hosts    bool    // some pattern has a host
@@ -201,7 +207,10 @@ func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error
 	if c.Limits != nil || len(c.Rest.also) > 0 {
 		return nil, errors.New("redlimit: WithAlso and WithRequestLimits are not for rules: write the limits in the rule")
 	}
-	rs := &RuleSet{lim: lim, conf: c}
+	rs := &RuleSet{lim: lim, conf: c, tier: c.Rest.tier, log: limiterLog(lim)}
+	if rs.log == nil {
+		rs.log = slog.Default()
+	}
 	if c.Rest.failure == FailLocal {
 		rs.local = newFallback(lim, localKeys) // one FailLocal state for the set, as its Redis state is one
 	}
@@ -240,11 +249,69 @@ func (s *RuleSet) Update(rules Rules) error {
 	return nil
 }
 
-// build checks rules and compiles them with the set's options.
+// build checks rules and compiles them with the set's options: the table
+// of the rules of every tier, and in its tiers the table of each tier that
+// has rules of its own, its rules in place of the same patterns' and the
+// others as they are.
 func (s *RuleSet) build(rules Rules) (*ruleTable, error) {
 	if len(rules) == 0 {
 		return nil, errNoRules
 	}
+	byTier := map[string]map[string]string{"": {}}
+	for key, spec := range rules {
+		pattern, tier, err := checkKey(key)
+		if err != nil {
+			return nil, err
+		}
+		if byTier[tier] == nil {
+			byTier[tier] = map[string]string{}
+		}
+		if _, dup := byTier[tier][pattern]; dup { // not reached: a map has no two equal keys
+			return nil, fmt.Errorf("%w: rule %q is given twice", ErrInvalidRules, key)
+		}
+		byTier[tier][pattern] = spec
+	}
+	tiers := make([]string, 0, len(byTier))
+	for tier := range byTier {
+		if tier != "" {
+			tiers = append(tiers, tier)
+		}
+	}
+	sort.Strings(tiers)
+	switch {
+	case len(tiers) > 0 && s.tier == nil:
+		return nil, fmt.Errorf("%w: rules for tier %q, and no redlimit.WithTier to tell a request's tier", ErrInvalidRules, tiers[0])
+	case len(tiers) > 0 && len(byTier[""]) == 0:
+		return nil, fmt.Errorf("%w: rules for tiers and none for the default (a rule without \"tier=\"): a request of no tier would pass without a limit", ErrInvalidRules)
+	}
+	t, err := s.compile(byTier[""], nil, "")
+	if err != nil {
+		return nil, err
+	}
+	for _, tier := range tiers {
+		merged := make(map[string]string, len(byTier[""])+len(byTier[tier]))
+		for pattern, spec := range byTier[""] {
+			merged[pattern] = spec
+		}
+		for pattern, spec := range byTier[tier] {
+			merged[pattern] = spec
+		}
+		tt, err := s.compile(merged, byTier[tier], tier)
+		if err != nil {
+			return nil, err
+		}
+		if t.tiers == nil {
+			t.tiers = make(map[string]*ruleTable, len(tiers))
+		}
+		t.tiers[tier] = tt
+	}
+	return t, nil
+}
+
+// compile builds the table of one tier's rules (pattern to limits), with
+// the set's options; own are the rules written for the tier, named by the
+// errors with it.
+func (s *RuleSet) compile(rules, own map[string]string, tier string) (*ruleTable, error) {
 	t := &ruleTable{mux: http.NewServeMux()}
 	patterns := make([]string, 0, len(rules))
 	for pattern := range rules {
@@ -259,16 +326,66 @@ func (s *RuleSet) build(rules Rules) (*ruleTable, error) {
 	for _, pattern := range patterns {
 		p, err := t.add(s.lim, pattern, rules[pattern], s.conf)
 		if err != nil {
+			key := pattern
+			if _, ok := own[pattern]; ok {
+				key += " tier=" + tier
+			}
 			if errors.Is(err, ErrInvalidRules) {
+				if key != pattern {
+					err = fmt.Errorf("tier %q: %w", tier, err)
+				}
 				return nil, err
 			}
-			return nil, fmt.Errorf("redlimit: rule %q: %w", pattern, err)
+			return nil, fmt.Errorf("redlimit: rule %q: %w", key, err)
 		}
 		if p.local != nil {
 			p.local = s.local
 		}
 	}
 	return t, nil
+}
+
+// checkKey checks a rules table's key, "PATTERN" or "PATTERN tier=NAME",
+// and returns its pattern and tier ("" for a rule of every tier).
+func checkKey(key string) (pattern, tier string, err error) {
+	pattern, tier, err = rulepattern.SplitTier(key)
+	if err == nil && pattern != catchAll {
+		_, err = rulepattern.Parse(pattern)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("%w: rule %q: %w", ErrInvalidRules, key, err)
+	}
+	return pattern, tier, nil
+}
+
+// ruleBudgets takes out of a rule's limits those of a budget's unit
+// ("40000/m unit=tokens"), which are the rule's limits of that budget in
+// place of WithBudget's, and returns the rule's request limits and its
+// budgets.
+func ruleBudgets(limits []core.Limit, budgets []policyconf.Budget[Request]) ([]core.Limit, []policyconf.Budget[Request], error) {
+	var requests []core.Limit
+	var replaced []int
+	for _, l := range limits {
+		if l.Unit == "" {
+			requests = append(requests, l)
+			continue
+		}
+		i := slices.IndexFunc(budgets, func(b policyconf.Budget[Request]) bool { return len(b.Limits) > 0 && b.Limits[0].Unit == l.Unit })
+		if i < 0 {
+			return nil, nil, fmt.Errorf("%w: %v counts %q, and no redlimit.WithBudget of that unit estimates and settles a request's", core.ErrInvalidLimit, l, l.Unit)
+		}
+		if !slices.Contains(replaced, i) {
+			if replaced == nil {
+				budgets = slices.Clone(budgets)
+			}
+			budgets[i].Limits, replaced = nil, append(replaced, i)
+		}
+		budgets[i].Limits = append(budgets[i].Limits, l)
+	}
+	if replaced != nil && len(requests) == 0 {
+		return nil, nil, fmt.Errorf("%w: a rule with a budget's limits needs a limit of requests too (\"60/m, 40000/m unit=tokens\")", core.ErrInvalidLimit)
+	}
+	return requests, budgets, nil
 }
 
 // add builds the policy of one rule and enters it in the table.
@@ -281,6 +398,12 @@ func (t *ruleTable) add(lim *core.Limiter, pattern, spec string, c options) (p *
 	}
 	limits, err := core.ParseLimits(spec)
 	if err != nil {
+		return nil, err
+	}
+	if t.catchAll != nil && slices.ContainsFunc(limits, func(l core.Limit) bool { return l.Unit != "" }) {
+		return nil, errors.New("in a table with a catch-all, a budget's limits are the catch-all's, for every route: write them in the catch-all")
+	}
+	if limits, c.Budgets, err = ruleBudgets(limits, c.Budgets); err != nil {
 		return nil, err
 	}
 	c.Rest.name = pattern
@@ -328,6 +451,9 @@ func (s *RuleSet) policyFor(q Request) *policy {
 	if t == nil {
 		panic("redlimit: a RuleSet not made by NewRuleSet")
 	}
+	if t.tiers != nil {
+		t = s.tierTable(t, &q)
+	}
 	r := q.HTTP
 	if r == nil {
 		// Rules are ServeMux patterns, matched by ServeMux, which reads
@@ -338,6 +464,24 @@ func (s *RuleSet) policyFor(q Request) *policy {
 		return p
 	}
 	return t.catchAll
+}
+
+// tierTable returns the table of q's tier: its own if it has rules of its
+// own, else t, the default's. A tier function's error is logged at warn
+// level, at most once a second, and q decided under the default's rules.
+func (s *RuleSet) tierTable(t *ruleTable, q *Request) *ruleTable {
+	tier, err := s.tier(*q)
+	if err != nil {
+		if skipped, ok := s.tierLog.allow(time.Now()); ok {
+			s.log.WarnContext(q.Context, "redlimit: the request's tier could not be told; decided under the default tier's rules",
+				"error", err, "requests_not_logged", skipped)
+		}
+		return t
+	}
+	if tt, ok := t.tiers[tier]; ok {
+		return tt
+	}
+	return t
 }
 
 func (t *ruleTable) match(r *http.Request) *policy {

@@ -138,6 +138,28 @@ func Key(name string) keyfunc.Func {
 	}
 }
 
+// Tier tells a rules table's tiers (redlimit.WithTier) by the value an
+// echo middleware before this one stored under name with c.Set, a string
+// or a fmt.Stringer: with c.Set("plan", "pro"), rules "* tier=pro" apply.
+// A request without the value is of the default tier (the rules without
+// one); a value of another type is an error, logged, and the request
+// decided by the default's rules. Like Key, it finds the echo context only
+// in requests decided by this package's middleware, which then puts it in
+// the context of each request it decides. The function is safe for
+// concurrent use.
+//
+//	echolimit.Rules(lim, rules, redlimit.WithTier(echolimit.Tier("plan")))
+func Tier(name string) func(redlimit.Request) (string, error) {
+	keysUsed.Store(true)
+	return func(q redlimit.Request) (string, error) {
+		c, ok := q.Context.Value(contextKey{}).(echo.Context)
+		if !ok {
+			return "", fmt.Errorf("echolimit.Tier(%q) reads the echo context, and this request was not decided by an echolimit middleware", name)
+		}
+		return ctxvalue.Tier("echo", name, c.Get(name))
+	}
+}
+
 // CheckRules reports, in one error wrapping redlimit.ErrInvalidRules, the
 // rules of a table that match no route of e (none of e.Routes() could
 // receive a request the rule matches), and a pattern no request can match.

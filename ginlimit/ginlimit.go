@@ -122,6 +122,29 @@ func Key(name string) keyfunc.Func {
 	}
 }
 
+// Tier tells a rules table's tiers (redlimit.WithTier) by the value a gin
+// handler before the middleware stored under name with c.Set, a string or
+// a fmt.Stringer: with c.Set("plan", "pro"), rules "* tier=pro" apply.
+// A request without the value is of the default tier (the rules without
+// one); a value of another type is an error, logged, and the request
+// decided by the default's rules. Like Key, it finds the gin context only
+// in requests decided by this package's middleware, which then puts it in
+// the context of each request it decides. The function is safe for
+// concurrent use.
+//
+//	ginlimit.Rules(lim, rules, redlimit.WithTier(ginlimit.Tier("plan")))
+func Tier(name string) func(redlimit.Request) (string, error) {
+	keysUsed.Store(true)
+	return func(q redlimit.Request) (string, error) {
+		c, ok := q.Context.Value(contextKey{}).(*gin.Context)
+		if !ok {
+			return "", fmt.Errorf("ginlimit.Tier(%q) reads the gin context, and this request was not decided by a ginlimit middleware", name)
+		}
+		v, _ := c.Get(name)
+		return ctxvalue.Tier("gin", name, v)
+	}
+}
+
 // CheckRules reports, in one error wrapping redlimit.ErrInvalidRules, the
 // rules of a table that match no route of engine (none of engine.Routes()
 // could receive a request the rule matches), and a pattern no request can

@@ -46,3 +46,22 @@ func Key(framework, name string, v any) (string, error) {
 func missing(framework, name string) error {
 	return fmt.Errorf("%w: no %s context value %q (c.Set it in a handler before the rate limit)", keyfunc.ErrNoKey, framework, name)
 }
+
+// Tier returns the tier named by the value v stored under name in
+// framework's context, for a rules table's WithTier: a string or a
+// fmt.Stringer as it is; "" (the default tier) when the value is missing
+// or nil; an error for a value of another type.
+func Tier(framework, name string, v any) (string, error) {
+	switch v := v.(type) {
+	case nil:
+		return "", nil
+	case string:
+		return v, nil
+	case fmt.Stringer:
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
+			return "", nil
+		}
+		return v.String(), nil
+	}
+	return "", fmt.Errorf("%s context value %q is a %T; a tier is a string or a fmt.Stringer", framework, name, v)
+}

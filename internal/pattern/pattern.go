@@ -258,7 +258,8 @@ type Route struct {
 	Method, Path string
 }
 
-// Unrouted returns the patterns of rules (the catch-all aside) that match
+// Unrouted returns the patterns of rules (the catch-all aside, in every
+// tier; a tier's rule is checked as its pattern) that match
 // none of routes, sorted, or the error of the first pattern, in sorted
 // order, that no request can match.
 func Unrouted(rules map[string]string, routes []Route) ([]string, error) {
@@ -271,7 +272,14 @@ func Unrouted(rules map[string]string, routes []Route) ([]string, error) {
 	slices.Sort(patterns)
 	var unrouted []string
 	for _, p := range patterns {
-		pat, err := Parse(p)
+		bare, _, err := SplitTier(p) // a tier's rule is checked as its pattern
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", p, err)
+		}
+		if bare == CatchAll {
+			continue
+		}
+		pat, err := Parse(bare)
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", p, err)
 		}
@@ -289,6 +297,7 @@ func Unrouted(rules map[string]string, routes []Route) ([]string, error) {
 // no such hint to give, and it returns "".
 func Hint(unrouted []string) string {
 	for _, p := range unrouted {
+		p, _, _ = SplitTier(p)
 		if pat, err := Parse(p); err == nil && strings.ContainsRune(pat.Mux[strings.IndexByte(pat.Mux, '/'):], ':') {
 			return " (patterns are ServeMux's: {id}, not :id)"
 		}
@@ -306,4 +315,28 @@ func Quote(patterns []string) string {
 		return "rule " + q[0]
 	}
 	return "rules " + strings.Join(q, ", ")
+}
+
+// tierSep starts the tier of a rules table's key: "* tier=pro",
+// "POST /v1/batch tier=pro".
+const tierSep = " tier="
+
+// SplitTier splits a rules table's key into its pattern and its tier, ""
+// for a rule of every tier. A tier is 1 to 64 bytes of letters, digits,
+// '_', '-' and '.'; a key with " tier=" and no such name is an error.
+func SplitTier(key string) (pattern, tier string, err error) {
+	i := strings.LastIndex(key, tierSep)
+	if i < 0 {
+		return key, "", nil
+	}
+	pattern, tier = key[:i], key[i+len(tierSep):]
+	if tier == "" || len(tier) > 64 {
+		return "", "", fmt.Errorf("tier %q: want 1 to 64 bytes of letters, digits, '_', '-' and '.' after \"tier=\"", tier)
+	}
+	for i := 0; i < len(tier); i++ {
+		if b := tier[i]; !isNameByte(b) && b != '-' && b != '.' {
+			return "", "", fmt.Errorf("tier %q: byte %q: want letters, digits, '_', '-' and '.' after \"tier=\"", tier, b)
+		}
+	}
+	return pattern, tier, nil
 }
