@@ -3,8 +3,8 @@
 // requests and tokens per minute and per calendar month (in a time zone),
 // by plan; and at most 2 batch jobs in flight per key.
 //
-//	go run ./examples/aigateway                  # writes a sample file and prints its path
-//	go run ./examples/aigateway -config gateway.json
+//	go run .                  # in examples/aigateway; writes a sample file and prints its path
+//	go run . -config gateway.json
 //	curl -H 'Authorization: Bearer sk-free-1' -d '{"max_tokens":300}' localhost:8080/v1/chat
 //	kill -HUP <pid>                              # after editing the file
 //
@@ -201,7 +201,7 @@ func watch(signals <-chan os.Signal, g *Gateway, path string, log *slog.Logger) 
 }
 
 var command = run.Command{
-	Path: "go run ./examples/aigateway",
+	Path: "cd examples/aigateway && go run .",
 	Doc: `An AI API gateway: API keys with plans from a file (reloaded on SIGHUP);
 requests and tokens per key per minute and per calendar month, by plan;
 2 batch jobs in flight per key.`,
