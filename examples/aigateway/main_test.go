@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
@@ -54,7 +55,7 @@ func gateway(t *testing.T, newClient func() *redis.Client) {
 	for range 4 {
 		rdb := newClient()
 		t.Cleanup(func() { rdb.Close() })
-		g, err := New(core.New(rdb, core.WithClock(clock), core.WithTimeout(10*time.Second)), []byte(testConfig))
+		g, err := New(core.New(rdb, core.WithClock(clock), core.WithTimeout(10*time.Second)), []byte(testConfig), prometheus.NewRegistry())
 		if err != nil {
 			t.Fatal(err)
 		}
