@@ -76,11 +76,12 @@ algorithms.gcra = {args = 3, decide = function(key, cost, at, commit)
   if commit then gcra_store(key, drip, need, f, b, a, p, keep) end
   local l = left(need)
   return 1, l, 0, math.ceil(need / drip), 0, next(need, l), a
-end,
+end}
+--- settle ---
 -- settle moves the backlog up by a charge, or down by a refund as far as
 -- the meter holds the reservation's events (meter.lua) and the floor
 -- allows; a prefetch's give-back lowers the floor it set.
-settle = function(key, delta, at, remaining, reset, next, mark)
+algorithms.gcra.settle = function(key, delta, at, remaining, reset, next, mark)
   local unit, drip = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
   local backlog, f, b, a, p, kept = gcra_state(key, drip)
   if delta < 0 then
@@ -96,4 +97,4 @@ settle = function(key, delta, at, remaining, reset, next, mark)
     backlog = after
   end
   gcra_store(key, drip, backlog, f, b, a, p, kept)
-end}
+end

@@ -67,11 +67,12 @@ algorithms.token_bucket = {args = 3, decide = function(key, cost, at, commit)
   end
   local tokens = math.floor(credit / unit)
   return 1, tokens, 0, reset, 0, next(tokens), a
-end,
+end}
+--- settle ---
 -- settle takes charged tokens out, into a debt if need be, and puts
 -- refunded ones back as far as the bucket still misses them (meter.lua)
 -- and the floor allows; a prefetch's give-back as gcra.lua's.
-settle = function(key, delta, at, remaining, reset, next, mark)
+algorithms.token_bucket.settle = function(key, delta, at, remaining, reset, next, mark)
   local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   local full = burst * unit
   local credit, last, f, b, a, p = credit_of(key, unit, drip, full)
@@ -89,4 +90,4 @@ settle = function(key, delta, at, remaining, reset, next, mark)
     backlog = after
   end
   bucket_store(key, full - backlog, last, unit, f, b, a, p, full, drip)
-end}
+end
