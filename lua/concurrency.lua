@@ -25,7 +25,6 @@ algorithms.concurrency = {args = 2, decide = function(key, cost, at, commit)
   -- string.format: `..` would keep 14 of a µs clock's 16 digits
   local after = string.format('(%d', now)
   local held = redis.call('ZCOUNT', key, after, '+inf')
-
   -- ends returns µs until the r-th lease to end (1 is the first) ends.
   local function ends(r)
     local e = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', r - 1, 1)
@@ -72,14 +71,15 @@ algorithms.concurrency = {args = 2, decide = function(key, cost, at, commit)
     expire(key, last)
   end
   return 1, left, 0, last, 0, left < cap and likely(first) or 0
-end,
+end}
+--- settle ---
 -- settle frees the reservation's slots, whatever its cost. If they were
 -- still held (their lease not ended), it first records how long: the
 -- key's typical hold becomes that hold, at most the lease, the first
 -- time, then moves a quarter of the way to each new one (rounded down).
 -- Recorded before the slots go, the record keeps the key, and the key's
 -- time to live (the last lease end), even when no slot is left.
-settle = function(key, delta, at)
+algorithms.concurrency.settle = function(key, delta, at)
   local lease = tonumber(ARGV[at])
   local ends = reserved_n > 0 and redis.call('ZSCORE', key, rid .. ':1')
   if ends and tonumber(ends) > now then
@@ -96,4 +96,5 @@ settle = function(key, delta, at)
     for i = from, math.min(from + 999, reserved_n) do slots[#slots + 1] = rid .. ':' .. i end
     redis.call('ZREM', key, unpack(slots))
   end
-end, holds = true}
+end
+algorithms.concurrency.holds = true

@@ -49,7 +49,8 @@ local function decide(k, n, at)
   fetching = more
   if n == 1 then -- one limit: decide and store in one pass
     local asked, alg = tonumber(ARGV[at]), algorithms[ARGV[at + 1]]
-    local cost = upto(KEYS[k], asked, alg, at + 2) + more
+    local cost = asked + more
+    if asked < 0 then cost = upto(KEYS[k], asked, alg, at + 2) + more end
     local allowed, remaining, retry, reset, delay, next, mark = alg.decide(KEYS[k], cost, at + 2, cost > 0)
     local said = allowed
     if asked < 0 and allowed == 1 then said = 1 + cost end

@@ -49,6 +49,16 @@ local function window_decide(key, cost, commit, burst, start, finish, count, fre
   return 1, burst - count, 0, left, 0, left
 end
 
+algorithms.fixed_window = {args = 2, decide = function(key, cost, at, commit)
+  local start, finish, count, fresh = rolling(key, tonumber(ARGV[at]))
+  return window_decide(key, cost, commit, tonumber(ARGV[at + 1]), start, finish, count, fresh)
+end}
+
+algorithms.fixed_window_calendar = {args = 5, decide = function(key, cost, at, commit)
+  local start, finish, count, fresh = calendar(key, at + 1)
+  return window_decide(key, cost, commit, tonumber(ARGV[at]), start, finish, count, fresh)
+end}
+--- settle ---
 -- settle refunds only to the window the reservation was counted in, while
 -- it lasts; it charges to the window of now.
 local function window_settle(key, delta, start, finish, count, fresh)
@@ -58,16 +68,9 @@ local function window_settle(key, delta, start, finish, count, fresh)
   if fresh then expire(key, finish - now) end
 end
 
-algorithms.fixed_window = {args = 2, decide = function(key, cost, at, commit)
-  local start, finish, count, fresh = rolling(key, tonumber(ARGV[at]))
-  return window_decide(key, cost, commit, tonumber(ARGV[at + 1]), start, finish, count, fresh)
-end, settle = function(key, delta, at)
+algorithms.fixed_window.settle = function(key, delta, at)
   window_settle(key, delta, rolling(key, tonumber(ARGV[at])))
-end}
-
-algorithms.fixed_window_calendar = {args = 5, decide = function(key, cost, at, commit)
-  local start, finish, count, fresh = calendar(key, at + 1)
-  return window_decide(key, cost, commit, tonumber(ARGV[at]), start, finish, count, fresh)
-end, settle = function(key, delta, at)
+end
+algorithms.fixed_window_calendar.settle = function(key, delta, at)
   window_settle(key, delta, calendar(key, at + 1))
-end}
+end

@@ -22,12 +22,11 @@
 -- settlement has anything to take back from it (b reads as never).
 local function gcra_state(key, drip)
   local raw = redis.call('GET', key)
-  if not raw then return 0, 0, math.huge, 0, '', false end
-  local t, q, f, b, a, p = tonumber(raw), 0, 0, math.huge, 0, ''
-  if not t then
-    t, q, f, b, a, p = string.match(raw, '^(%d+):(%d+):(%d+):(%d+):(%d+) ?(.*)$')
-    if not t then t, q, f, a, p = string.match(raw, '^(%d+)'), 0, string.match(raw, ':(%d+)$'), 0, '' end
-  end
+  local t = tonumber(raw) -- nil for no key (false) and for "t:..."
+  if t or not raw then return math.max(0, ((t or now) - now) * drip), 0, math.huge, 0, '', false end
+  local q, f, b, a, p
+  t, q, f, b, a, p = string.match(raw, '^(%d+):(%d+):(%d+):(%d+):(%d+) ?(.*)$')
+  if not t then t, q, f, a, p = string.match(raw, '^(%d+)'), 0, string.match(raw, ':(%d+)$'), 0, '' end
   local backlog = math.max(0, (tonumber(t) - now) * drip + tonumber(q))
   return backlog, tonumber(f), tonumber(b) or math.huge, tonumber(a), p, b ~= nil and b ~= math.huge
 end
@@ -53,34 +52,32 @@ algorithms.gcra = {args = 3, decide = function(key, cost, at, commit)
   local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   local full = burst * unit
   local backlog, f, b, a, p, kept = gcra_state(key, drip)
-  -- left: events that fit at backlog x; next: µs until one more does
-  local function left(x) return math.max(0, math.floor((full - x) / unit)) end
-  local function next(x, l)
-    if l >= burst then return 0 end
-    return math.ceil((x - full + (l + 1) * unit) / drip)
-  end
-  local need = backlog + cost * unit
+  local need, x, allowed, retry, mark = backlog + cost * unit, backlog, 0, 0, 0
   if need > full then
-    local l = left(backlog)
-    return 0, l, math.ceil((need - full) / drip), math.ceil(backlog / drip), 0, next(backlog, l), 0
+    retry = math.ceil((need - full) / drip)
+  else
+    if commit and fetching > 0 then -- keep what is held counted, for the lease at least
+      need = math.max(need, math.min(full, prefetch_lease * drip + fetching * unit))
+      f = now + math.ceil(need / drip)
+    end
+    -- a reservation's settlement needs b, a, p; kept while the meter holds it
+    local keep = rid ~= '' or fetching > 0 or kept and backlog > 0
+    if keep and not kept then b = now end -- counting starts here
+    b, a, p = restart(backlog, b, a, p)
+    a = a + need - backlog
+    if commit then gcra_store(key, drip, need, f, b, a, p, keep) end
+    x, allowed, mark = need, 1, a
   end
-  if commit and fetching > 0 then -- keep what is held counted, for the lease at least
-    need = math.max(need, math.min(full, prefetch_lease * drip + fetching * unit))
-    f = now + math.ceil(need / drip)
-  end
-  -- a reservation's settlement needs b, a, p; kept while the meter holds it
-  local keep = rid ~= '' or fetching > 0 or kept and backlog > 0
-  if keep and not kept then b = now end -- counting starts here
-  b, a, p = restart(backlog, b, a, p)
-  a = a + need - backlog
-  if commit then gcra_store(key, drip, need, f, b, a, p, keep) end
-  local l = left(need)
-  return 1, l, 0, math.ceil(need / drip), 0, next(need, l), a
-end,
+  -- l: events that fit at backlog x; after: µs until one more does
+  local l, after = math.max(0, math.floor((full - x) / unit)), 0
+  if l < burst then after = math.ceil((x - full + (l + 1) * unit) / drip) end
+  return allowed, l, retry, math.ceil(x / drip), 0, after, mark
+end}
+--- settle ---
 -- settle moves the backlog up by a charge, or down by a refund as far as
 -- the meter holds the reservation's events (meter.lua) and the floor
 -- allows; a prefetch's give-back lowers the floor it set.
-settle = function(key, delta, at, remaining, reset, next, mark)
+algorithms.gcra.settle = function(key, delta, at, remaining, reset, next, mark)
   local unit, drip = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
   local backlog, f, b, a, p, kept = gcra_state(key, drip)
   if delta < 0 then
@@ -96,4 +93,4 @@ settle = function(key, delta, at, remaining, reset, next, mark)
     backlog = after
   end
   gcra_store(key, drip, backlog, f, b, a, p, kept)
-end}
+end

@@ -68,6 +68,14 @@ local function leak(key, cost, commit, unit, drip, burst, max_delay)
   return 1, r, 0, reset, delay, next(level, math.max(0, r)), a
 end
 
+algorithms.leaky_bucket = {args = 3, decide = function(key, cost, at, commit)
+  return leak(key, cost, commit, tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]))
+end}
+algorithms.leaky_bucket_shape = {args = 4, decide = function(key, cost, at, commit)
+  return leak(key, cost, commit, tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
+    tonumber(ARGV[at + 3]))
+end}
+--- settle ---
 -- settle puts charged events in, above the burst if need be, and takes
 -- refunded ones out as far as they are still in (as gcra.lua's settle
 -- counts them). A shaping bucket's queue behind the refunded events moves
@@ -85,11 +93,5 @@ local function leak_settle(key, delta, at, remaining, reset, next, mark)
   end
   leak_store(key, level, last, unit, b, a, p, drip)
 end
-
-algorithms.leaky_bucket = {args = 3, decide = function(key, cost, at, commit)
-  return leak(key, cost, commit, tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]))
-end, settle = leak_settle}
-algorithms.leaky_bucket_shape = {args = 4, decide = function(key, cost, at, commit)
-  return leak(key, cost, commit, tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
-    tonumber(ARGV[at + 3]))
-end, settle = leak_settle}
+algorithms.leaky_bucket.settle = leak_settle
+algorithms.leaky_bucket_shape.settle = leak_settle

@@ -11,7 +11,12 @@
 // one call, for the engine to send what waits together to a single
 // server. A settlement script is the prelude, the algorithms' files,
 // settle.lua and one_settle.lua: each algorithm's file adds a settle
-// function beside its decide function, so an algorithm is one file. Every script replies with an array of integers. The scripts are plain text; package core runs them
+// function beside its decide function, so an algorithm is one file. What
+// only settlements run (the settle functions, meter.lua's refunds) follows
+// a line "--- settle ---" in its file, and a decision script leaves it
+// out: Redis runs a script's whole body on every call, so every function
+// a script defines costs every call. Every script replies with an array
+// of integers. The scripts are plain text; package core runs them
 // with EVALSHA. This package uses the standard library only and exports
 // nothing that can be reassigned.
 package lua
@@ -42,11 +47,15 @@ func Settle(names ...string) string { return assemble("one_settle", names) }
 // assemble returns the prelude, the named algorithms' files, the functions
 // the end file calls (decide.lua, settle.lua) and the end file.
 func assemble(end string, names []string) string {
+	part := read
+	if end == "one" {
+		part = decisionPart
+	}
 	var b strings.Builder
 	b.WriteString(read("prelude"))
-	b.WriteString(read("meter"))
+	b.WriteString(part("meter"))
 	for _, name := range names {
-		b.WriteString(read(name))
+		b.WriteString(part(name))
 	}
 	if end != "one_settle" {
 		b.WriteString(read("decide"))
@@ -66,6 +75,18 @@ func Del() string { return read("del") }
 // Peers returns the heartbeat script of the instances that share
 // FailLocal's limits (peers.lua).
 func Peers() string { return read("peers") }
+
+// settleMark opens the part of a file that only settlements run.
+const settleMark = "--- settle ---\n"
+
+// decisionPart returns the named file up to its settleMark line, if any.
+func decisionPart(name string) string {
+	src := read(name)
+	if i := strings.Index(src, "\n"+settleMark); i >= 0 {
+		return src[:i+1]
+	}
+	return src
+}
 
 func read(name string) string {
 	b, err := files.ReadFile(name + ".lua")

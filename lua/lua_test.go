@@ -39,14 +39,15 @@ func TestScriptsDocumented(t *testing.T) {
 }
 
 // TestDecisionScripts: a decision script is the prelude, the algorithms'
-// files, each adding its entries to the table, decide.lua and one.lua; a
-// batch script ends with settle.lua and batch.lua instead; a settlement
-// script has settle.lua and one_settle.lua where a decision has decide.lua
-// and one.lua.
+// files up to their "--- settle ---" line, each adding its entries to the
+// table, decide.lua and one.lua; a batch script has the whole files and
+// ends with settle.lua and batch.lua instead; a settlement script has the
+// whole files, settle.lua and one_settle.lua.
 func TestDecisionScripts(t *testing.T) {
 	t.Parallel()
 	prelude, decide := read("prelude"), read("decide")+read("one")
 	entry := regexp.MustCompile(`(?m)^algorithms\.(\w+) = \{args = \d+, decide = function\(key, cost, at, commit\)$`)
+	settles := regexp.MustCompile(`(?m)^algorithms\.(\w+)\.settle = `)
 	names := []string{"gcra", "token_bucket", "token_bucket_stepped", "fixed_window",
 		"sliding_window", "sliding_log", "leaky_bucket", "concurrency"}
 	for _, name := range names {
@@ -58,19 +59,28 @@ func TestDecisionScripts(t *testing.T) {
 		if len(found) == 0 || found[0][1] != name {
 			t.Errorf("%s.lua does not add algorithms.%s first: %v", name, name, found)
 		}
+		if !strings.Contains(read(name), "\n"+settleMark) {
+			t.Errorf("%s.lua has no settle mark", name)
+		}
 	}
 	all := Decision(names...)
 	if got := len(entry.FindAllString(all, -1)); got != len(names)+2 { // leaky_bucket_shape and fixed_window_calendar too
-		t.Errorf("the script of every algorithm has %d entries, want %d", got, len(names)+1)
+		t.Errorf("the script of every algorithm has %d entries, want %d", got, len(names)+2)
 	}
-	if batch := Batch(names...); !strings.HasSuffix(batch, read("decide")+read("settle")+read("batch")) ||
-		strings.TrimSuffix(batch, read("settle")+read("batch")) != strings.TrimSuffix(all, read("one")) {
-		t.Error("the batch script is not the script of every algorithm ending with settle.lua and batch.lua")
+	if strings.Contains(all, settleMark) || settles.MatchString(all) || strings.Contains(all, "function refund(") {
+		t.Error("a decision script has what only settlements run")
+	}
+	var whole strings.Builder
+	whole.WriteString(prelude + read("meter"))
+	for _, name := range names {
+		whole.WriteString(read(name))
+	}
+	if batch := Batch(names...); batch != whole.String()+read("decide")+read("settle")+read("batch") {
+		t.Error("the batch script is not the prelude, every whole file, decide.lua, settle.lua and batch.lua")
 	}
 	settle := Settle(names...)
-	if !strings.HasPrefix(settle, prelude) || !strings.HasSuffix(settle, read("settle")+read("one_settle")) ||
-		strings.Contains(settle, read("decide")) ||
-		strings.Count(settle, "settle = ")-strings.Count(prelude, "settle = ") != len(names)+2 {
+	if settle != whole.String()+read("settle")+read("one_settle") ||
+		len(settles.FindAllString(settle, -1)) != len(names)+2 {
 		t.Errorf("the settlement script is not the prelude, every algorithm with its settle function, settle.lua and one_settle.lua")
 	}
 	defer func() {

@@ -31,6 +31,7 @@ local function restart(backlog, b, a, p)
   return b, a, p
 end
 
+--- settle ---
 -- held returns the units a reservation whose events end at position m,
 -- made at `reserved`, may still take back, given the meter's backlog,
 -- position a, start b and refunds p.

@@ -14,8 +14,9 @@
 --         its algorithm, then that algorithm's own arguments.
 -- Reply   see decide.lua and settle.lua.
 --
--- Each algorithm file adds algorithms.<name> = {args = N, decide = f,
--- settle = s}. f(key, cost, at, commit) reads its N arguments from
+-- Each algorithm file adds algorithms.<name> = {args = N, decide = f},
+-- then, after its "--- settle ---" line, algorithms.<name>.settle = s
+-- (only settlement and batch scripts have it). f(key, cost, at, commit) reads its N arguments from
 -- ARGV[at] on and returns allowed (0|1), remaining, retry_after,
 -- reset_after, delay, next and, optionally, mark: next is the time until
 -- one more event fits (0 when remaining is the burst); mark is whatever

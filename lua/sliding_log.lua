@@ -65,14 +65,15 @@ algorithms.sliding_log = {args = 2, decide = function(key, cost, at, commit)
   end
   if commit then log(key, rid == '' and 0 or 1, rid == '' and cost - 1 or cost, rid, period) end
   return 1, burst - count - cost, 0, period, 0, next
-end,
+end}
+--- settle ---
 -- settle takes back the reservation's last -delta events while they are
 -- in the window, or logs delta more at now (at most burst: more would
 -- leave the window at the same instant and change nothing).
-settle = function(key, delta, at)
+algorithms.sliding_log.settle = function(key, delta, at)
   local period, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
   if delta > 0 then return log(key, reserved_n + 1, reserved_n + math.min(delta, burst), rid, period) end
   local names, stamp = {}, string.format('%d', reserved)
   for i = math.max(1, reserved_n + delta + 1), reserved_n do names[#names + 1] = stamp .. ':' .. rid .. ':' .. i end
   for i = 1, #names, 1000 do redis.call('ZREM', key, unpack(names, i, math.min(i + 999, #names))) end
-end}
+end

@@ -77,10 +77,11 @@ algorithms.sliding_window = {args = 3, decide = function(key, cost, at, commit)
   local next = 0 -- µs until one more event fits
   if remaining < burst then next = wait(remaining + 1) end
   return 1, remaining, 0, left, 0, next
-end,
+end}
+--- settle ---
 -- settle takes refunded events out of the sub-bucket they were counted in,
 -- while it is in the window, and counts charged ones in now's.
-settle = function(key, delta, at)
+algorithms.sliding_window.settle = function(key, delta, at)
   local size = tonumber(ARGV[at]) / tonumber(ARGV[at + 2])
   if delta > 0 then
     local cur = math.floor(now / size) * size
@@ -91,4 +92,4 @@ settle = function(key, delta, at)
   local have = tonumber(redis.call('HGET', key, field)) or 0
   if math.min(-delta, have) >= have then redis.call('HDEL', key, field)
   else redis.call('HINCRBY', key, field, delta) end
-end}
+end

@@ -42,36 +42,33 @@ algorithms.token_bucket = {args = 3, decide = function(key, cost, at, commit)
   local full = burst * unit
   local credit, last, f, b, a, p = credit_of(key, unit, drip, full)
 
-  -- next: µs until one more whole token is in the bucket
-  local function next(tokens)
-    if tokens >= burst then return 0 end
-    return math.ceil(((math.max(0, tokens) + 1) * unit - credit) / drip)
-  end
-
-  local need = cost * unit
+  local need, allowed, retry, mark = cost * unit, 0, 0, 0
   if credit < need then
-    local tokens = math.floor(credit / unit)
-    return 0, tokens, math.ceil((need - credit) / drip), math.ceil((full - credit) / drip), 0, next(tokens), 0
+    retry = math.ceil((need - credit) / drip)
+  else
+    b, a, p = restart(full - credit, b, a, p)
+    local before = credit
+    credit = credit - need
+    if commit and fetching > 0 then -- keep what is held taken, for the lease at least
+      credit = math.min(credit, math.max(0, full - prefetch_lease * drip - fetching * unit))
+    end
+    a = a + before - credit
+    if commit then
+      if fetching > 0 then f = now + math.ceil((full - credit) / drip) end
+      bucket_store(key, credit, last, unit, f, b, a, p, full, drip)
+    end
+    allowed, mark = 1, a
   end
-  b, a, p = restart(full - credit, b, a, p)
-  local before = credit
-  credit = credit - need
-  if commit and fetching > 0 then -- keep what is held taken, for the lease at least
-    credit = math.min(credit, math.max(0, full - prefetch_lease * drip - fetching * unit))
-  end
-  a = a + before - credit
-  local reset = math.ceil((full - credit) / drip)
-  if commit then
-    if fetching > 0 then f = now + reset end
-    bucket_store(key, credit, last, unit, f, b, a, p, full, drip)
-  end
-  local tokens = math.floor(credit / unit)
-  return 1, tokens, 0, reset, 0, next(tokens), a
-end,
+  -- after: µs until one more whole token is in the bucket
+  local tokens, after = math.floor(credit / unit), 0
+  if tokens < burst then after = math.ceil(((math.max(0, tokens) + 1) * unit - credit) / drip) end
+  return allowed, tokens, retry, math.ceil((full - credit) / drip), 0, after, mark
+end}
+--- settle ---
 -- settle takes charged tokens out, into a debt if need be, and puts
 -- refunded ones back as far as the bucket still misses them (meter.lua)
 -- and the floor allows; a prefetch's give-back as gcra.lua's.
-settle = function(key, delta, at, remaining, reset, next, mark)
+algorithms.token_bucket.settle = function(key, delta, at, remaining, reset, next, mark)
   local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   local full = burst * unit
   local credit, last, f, b, a, p = credit_of(key, unit, drip, full)
@@ -89,4 +86,4 @@ settle = function(key, delta, at, remaining, reset, next, mark)
     backlog = after
   end
   bucket_store(key, full - backlog, last, unit, f, b, a, p, full, drip)
-end}
+end

@@ -44,11 +44,12 @@ algorithms.token_bucket_stepped = {args = 3, decide = function(key, cost, at, co
   local reset = wait(burst)
   if commit then stepped_store(key, tokens, step, b, a, p, rate, period, burst) end
   return 1, tokens, 0, reset, 0, wait(math.min(burst, tokens + 1)), a
-end,
+end}
+--- settle ---
 -- settle takes charged tokens out, into a debt if need be, and puts
 -- refunded ones back as far as the bucket still misses them (meter.lua:
 -- its steps drain the queue of missing tokens).
-settle = function(key, delta, at, remaining, reset, next, mark)
+algorithms.token_bucket_stepped.settle = function(key, delta, at, remaining, reset, next, mark)
   local rate, period, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   local tokens, step, b, a, p = stepped(key, rate, period, burst)
   local missing = burst - tokens
@@ -61,4 +62,4 @@ settle = function(key, delta, at, remaining, reset, next, mark)
     missing = after
   end
   stepped_store(key, burst - missing, step, b, a, p, rate, period, burst)
-end}
+end
