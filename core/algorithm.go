@@ -18,8 +18,13 @@ type script struct {
 	// The two boxed once, so that no call allocates to pass them.
 	srcArg, shaArg any
 	// batch: how a call of the script goes in a batch script call
-	// (lua/batch.lua), or not at all.
-	batch batchAs
+	// (lua/batch.lua), or not at all; inBatch: the batch script of its
+	// algorithms' files, which a batch of calls of them alone runs (the
+	// fewer files, the less Redis defines on each call); isBatch marks a
+	// batch script.
+	batch   batchAs
+	inBatch *script
+	isBatch bool
 }
 
 // batchAs says how a script's calls go in a batch script call.
@@ -185,27 +190,42 @@ func init() {
 		all = append(all, d)
 	}
 	var files []string
+	batches := map[string]*script{} // per file
 	for _, d := range all {
 		if d.suffix == "" {
 			d.suffix = d.name
 		}
+		if batches[d.file] == nil {
+			batches[d.file] = newBatchScript(lua.Batch(d.file))
+		}
 		if d.script == nil {
 			d.script = newScript(lua.Decision(d.file))
-			d.script.batch = asDecision
+			d.script.batch, d.script.inBatch = asDecision, batches[d.file]
 			d.settle = newScript(lua.Settle(d.file))
-			d.settle.batch = asSettle
+			d.settle.batch, d.settle.inBatch = asSettle, batches[d.file]
 		}
 		if !slices.Contains(files, d.file) {
 			files = append(files, d.file)
 		}
 	}
 	slices.Sort(files)
+	batchScript = newBatchScript(lua.Batch(files...))
 	mixedScript = newScript(lua.Decision(files...))
-	mixedScript.batch = asDecision
+	mixedScript.batch, mixedScript.inBatch = asDecision, batchScript
 	mixedSettle = newScript(lua.Settle(files...))
-	mixedSettle.batch = asSettle
-	batchScript = newScript(lua.Batch(files...))
+	mixedSettle.batch, mixedSettle.inBatch = asSettle, batchScript
 }
+
+func newBatchScript(src string) *script {
+	s := newScript(src)
+	s.isBatch = true
+	batchScripts = append(batchScripts, s)
+	return s
+}
+
+// batchScripts are every batch script: each algorithm file's, and every
+// file's (batchScript).
+var batchScripts []*script
 
 // descriptor returns the descriptor of l's algorithm and variant, or nil
 // for an unknown algorithm.

@@ -78,9 +78,8 @@ func isScript(cmd redis.Cmder) bool {
 // decisionsIn counts the decisions in a script call: one, or for the batch
 // script those its ARGV lay out (lua/batch.lua).
 func (h *roundTrips) decisionsIn(cmd redis.Cmder) int64 {
-	src, sha := core.BatchScript()
 	args := cmd.Args()
-	if args[1] != sha && args[1] != src {
+	if !core.IsBatchScript(args[1]) {
 		return 1
 	}
 	h.batchCalls.Add(1)

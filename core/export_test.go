@@ -97,8 +97,17 @@ func Script(l Limit) (src, sha string, argv []any) {
 // MixedScript returns the script that decides any mix of algorithms.
 func MixedScript() (src, sha string) { return mixedScript.src, mixedScript.sha }
 
-// BatchScript returns the script that makes several decisions in one call.
-func BatchScript() (src, sha string) { return batchScript.src, batchScript.sha }
+// IsBatchScript reports whether arg, an EVALSHA's or EVAL's first
+// argument, is a batch script's SHA or source: every algorithm's, or one
+// algorithm file's.
+func IsBatchScript(arg any) bool {
+	for _, s := range batchScripts {
+		if arg == s.sha || arg == s.src {
+			return true
+		}
+	}
+	return false
+}
 
 // Queued returns how many decisions wait for a sender.
 func (l *Limiter) Queued() int {

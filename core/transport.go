@@ -196,7 +196,7 @@ type unit struct {
 	refusal error // a waiting unit's last refusal (requeue)
 }
 
-func (u *unit) batched() bool { return u.script == batchScript }
+func (u *unit) batched() bool { return u.script.isBatch }
 
 // run sends calls to Redis in one round trip and stores each unit's reply
 // or error in t.units.
@@ -315,15 +315,20 @@ func (t *trip) single(calls []*call) unit {
 	return unit{calls: calls, args: t.args[start:len(t.args):len(t.args)], script: c.script}
 }
 
-// batch lays calls out as one call of batchScript (lua/batch.lua): every
-// call's KEYS, then per call its KEYS count (negative for a settlement),
-// its ARGV count and its ARGV.
+// batch lays calls out as one call of a batch script (lua/batch.lua):
+// every call's KEYS, then per call its KEYS count (negative for a
+// settlement), its ARGV count and its ARGV. The script is that of the
+// calls' algorithms when they share them, else batchScript, of every
+// algorithm.
 func (t *trip) batch(calls []*call) unit {
-	keys, start := 0, len(t.args)
+	keys, start, bs := 0, len(t.args), calls[0].script.inBatch
 	for _, c := range calls {
 		keys += len(c.keys)
+		if c.script.inBatch != bs {
+			bs = batchScript
+		}
 	}
-	t.args = append(t.args, "evalsha", batchScript.shaArg, keys)
+	t.args = append(t.args, "evalsha", bs.shaArg, keys)
 	for _, c := range calls {
 		for _, key := range c.keys {
 			t.args = append(t.args, key)
@@ -336,7 +341,7 @@ func (t *trip) batch(calls []*call) unit {
 		}
 		t.args = c.args(append(t.args, n, c.argc()), false)
 	}
-	return unit{calls: calls, args: t.args[start:len(t.args):len(t.args)], script: batchScript}
+	return unit{calls: calls, args: t.args[start:len(t.args):len(t.args)], script: bs}
 }
 
 // exchange sends t's units in one round trip, then once more those Redis
