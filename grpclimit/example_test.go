@@ -273,15 +273,20 @@ func ExampleWithResponseCost() {
 	//       /test.Echo/Say    ResourceExhausted remaining [0]
 }
 
-// tokensUsed stands for what a model's reply says it used.
-func tokensUsed(reply any) int { return len(fmt.Sprint(reply)) }
+// tokensUsed stands for what a model's reply says it used: here the echo
+// service's reply, a number.
+func tokensUsed(reply any) int {
+	used, _ := strconv.Atoi(reply.(*wrapperspb.StringValue).GetValue())
+	return used
+}
 
 // Requests and tokens per API key for a gRPC service: a unary call is
 // charged what its reply says it used, a server stream what its handler
 // reports to the call's Usage as it sends (so a client that leaves
 // mid-stream is charged what was sent).
 func ExampleWithBudget() {
-	lim := core.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}))
+	lim, done := exampleLimiter()
+	defer done()
 	tokens, err := core.ParseLimits("40000/m unit=tokens")
 	if err != nil {
 		panic(err)
@@ -302,7 +307,7 @@ func ExampleWithBudget() {
 		},
 	})
 	key := grpclimit.WithKey(func(ctx context.Context, _ string) (string, error) {
-		return strings.Join(metadata.ValueFromIncomingContext(ctx, "api-key"), ""), nil
+		return strings.Join(metadata.ValueFromIncomingContext(ctx, "user"), ""), nil
 	})
 	srv := grpc.NewServer(
 		grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, core.PerMinute(60), key, budget)),
@@ -310,5 +315,15 @@ func ExampleWithBudget() {
 	)
 	// In a stream handler, as each message goes out:
 	//	redlimit.UsageFrom(ss.Context()).Add("tokens", n)
-	_ = srv
+	cc, stop := serveExample(srv)
+	defer stop()
+	for _, used := range []string{"20000", "15000", "9000", "10"} { // the echo replies with the tokens used
+		call(cc, "ann", "/test.Echo/Say", used)
+	}
+	// 44 000 tokens used of 40 000: the key is in debt, the fourth call waits.
+	// Output:
+	// ann   /test.Echo/Say    OK                remaining [59]
+	// ann   /test.Echo/Say    OK                remaining [58]
+	// ann   /test.Echo/Say    OK                remaining [57]
+	// ann   /test.Echo/Say    ResourceExhausted remaining [0]
 }
