@@ -67,7 +67,7 @@ type Budget struct {
 func WithBudget(b Budget) Option {
 	conf := policyconf.Budget[Request]{Limits: append([]core.Limit(nil), b.Limits...), MaxCost: b.MaxCost, TakeRest: b.TakeRest}
 	if b.Estimate != nil {
-		conf.Estimate = func(q *Request) int {
+		conf.Estimate = func(q Request) int {
 			if q.HTTP == nil {
 				return 0
 			}
@@ -75,7 +75,7 @@ func WithBudget(b Budget) Option {
 		}
 	}
 	if b.Cost != nil {
-		conf.Cost = func(q *Request, status int, header http.Header) int {
+		conf.Cost = func(q Request, status int, header http.Header) int {
 			if q.HTTP == nil {
 				return -1
 			}
@@ -140,7 +140,7 @@ func (p *policy) estimate(q *Request, b *budget) int {
 	if b.Estimate == nil {
 		return 0
 	}
-	n := b.Estimate(q)
+	n := b.Estimate(*q)
 	switch {
 	case n < 0:
 		if skipped, ok := b.invalidAt.allow(time.Now()); ok {
@@ -168,7 +168,7 @@ func (p *policy) budgetCost(q *Request, b *budget, status int, header http.Heade
 	n := -1
 	switch {
 	case b.Cost != nil:
-		n = b.Cost(q, status, header)
+		n = b.Cost(*q, status, header)
 		if n < 0 {
 			if skipped, ok := b.invalidAt.allow(time.Now()); ok {
 				p.log.ErrorContext(q.Context, "redlimit: invalid response cost: a budget's Cost returned a negative cost; the reserved cost stands",

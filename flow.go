@@ -101,7 +101,7 @@ func (p *policy) serveHeld(q *Request, held *hold, next func() (status int, head
 	status, header := next()
 	c := -1
 	if p.ResponseCost != nil {
-		c = p.boundCost(q.Context, p.ResponseCost(q, status, header))
+		c = p.boundCost(q.Context, p.ResponseCost(*q, status, header))
 	}
 	if held.costs == nil {
 		cost = c

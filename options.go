@@ -81,7 +81,7 @@ func WithRequestLimits(pick func(r *http.Request) ([]core.Limit, error)) Option 
 	return func(c *options) {
 		c.Limits, c.HTTPOnly.Limits = nil, ""
 		if pick != nil {
-			c.Limits = func(q *Request) ([]core.Limit, error) {
+			c.Limits = func(q Request) ([]core.Limit, error) {
 				if q.HTTP == nil {
 					return nil, nil
 				}
@@ -102,7 +102,7 @@ func WithKey(f keyfunc.Func) Option {
 	return func(c *options) {
 		c.Key, c.HTTPOnly.Key = nil, ""
 		if f != nil {
-			c.Key = func(q *Request) (string, error) {
+			c.Key = func(q Request) (string, error) {
 				if q.HTTP == nil {
 					return "", errNotHTTP
 				}
@@ -123,7 +123,7 @@ func WithRequestKey(key func(q Request) (string, error)) Option {
 	return func(c *options) {
 		c.Key, c.HTTPOnly.Key = nil, "" // nil: refused, as WithKey(nil) is
 		if key != nil {
-			c.Key = func(q *Request) (string, error) { return key(*q) }
+			c.Key = func(q Request) (string, error) { return key(q) }
 		}
 	}
 }
@@ -148,7 +148,7 @@ func WithSkip(skip func(r *http.Request) bool) Option {
 	return func(c *options) {
 		c.Skip, c.HTTPOnly.Skip = nil, ""
 		if skip != nil {
-			c.Skip = func(q *Request) bool { return q.HTTP != nil && skip(q.HTTP) }
+			c.Skip = func(q Request) bool { return q.HTTP != nil && skip(q.HTTP) }
 			c.HTTPOnly.Skip = "redlimit.WithSkip"
 		}
 	}
@@ -184,7 +184,7 @@ func WithObserver(observe func(r *http.Request, d Decision)) Option {
 	if observe == nil {
 		return func(*options) {}
 	}
-	return policyconf.Observe[Option](func(q *Request, d Decision) { observe(q.HTTP, d) })
+	return policyconf.Observe[Option](func(q Request, d Decision) { observe(q.HTTP, d) })
 }
 
 // WithHeaders chooses the rate-limit response fields; the default is
@@ -255,7 +255,7 @@ func WithResponseCost(cost func(r *http.Request, status int, header http.Header)
 	return func(c *options) {
 		c.ResponseCost = nil
 		if cost != nil {
-			c.ResponseCost = func(q *Request, status int, header http.Header) int { return cost(q.HTTP, status, header) }
+			c.ResponseCost = func(q Request, status int, header http.Header) int { return cost(q.HTTP, status, header) }
 		}
 	}
 }

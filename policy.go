@@ -253,7 +253,7 @@ func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (
 	}
 	if p.Observe != nil {
 		d.Duration = time.Since(start)
-		p.Observe(q, d)
+		p.Observe(*q, d)
 	}
 	return d, held
 }
@@ -289,11 +289,11 @@ func (s *scratch) reset() {
 // describe, nil when they should say nothing.
 func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 	d := Decision{Policy: p.name}
-	if p.Skip != nil && p.Skip(q) {
+	if p.Skip != nil && p.Skip(*q) {
 		d.Outcome = OutcomeSkipped
 		return d, nil
 	}
-	key, err := p.Key(q)
+	key, err := p.Key(*q)
 	var quotas []quota
 	if err == nil {
 		d.Key = hashLong(key)
@@ -424,7 +424,7 @@ func (p *policy) requestQuotas(q *Request) ([]quota, error) {
 	if p.Limits == nil {
 		return p.quotas, nil
 	}
-	limits, err := p.Limits(q)
+	limits, err := p.Limits(*q)
 	switch {
 	case err != nil:
 		return nil, pickError{err}

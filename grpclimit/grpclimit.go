@@ -151,7 +151,7 @@ func WithKey(key func(ctx context.Context, fullMethod string) (string, error)) O
 	if key == nil {
 		return With(redlimit.WithRequestKey(nil)) // refused, as redlimit.WithKey(nil) is
 	}
-	return With(policyconf.Key[redlimit.Option](func(q *redlimit.Request) (string, error) {
+	return With(policyconf.Key[redlimit.Option](func(q redlimit.Request) (string, error) {
 		return key(q.Context, q.Route)
 	}))
 }
@@ -164,7 +164,7 @@ func WithKey(key func(ctx context.Context, fullMethod string) (string, error)) O
 // only when told to. A peer on a Unix socket is keyfunc.UnixSocketKey.
 func WithIPKey(opts ...keyfunc.IPOption) Option {
 	ip := keyfunc.IPOf(opts...)
-	return With(policyconf.Key[redlimit.Option](func(q *redlimit.Request) (string, error) {
+	return With(policyconf.Key[redlimit.Option](func(q redlimit.Request) (string, error) {
 		return ip(q.Peer, unixPeer(q.Context), q.Values)
 	}))
 }
@@ -385,7 +385,7 @@ func isName(s string, dots bool) bool {
 }
 
 // defaultKey keys calls by the peer's address.
-var defaultKey = policyconf.Key[redlimit.Option](func(q *redlimit.Request) (string, error) {
+var defaultKey = policyconf.Key[redlimit.Option](func(q redlimit.Request) (string, error) {
 	return peerIP(q.Peer, unixPeer(q.Context), q.Values)
 })
 

@@ -27,7 +27,7 @@ func WithSkip(skip func(ctx context.Context, fullMethod string) bool) Option {
 	if skip == nil {
 		return With(policyconf.Skip[redlimit.Option](nil))
 	}
-	return With(policyconf.Skip[redlimit.Option](func(q *redlimit.Request) bool {
+	return With(policyconf.Skip[redlimit.Option](func(q redlimit.Request) bool {
 		return skip(q.Context, q.Route)
 	}))
 }
@@ -51,7 +51,7 @@ func WithLimits(pick func(ctx context.Context, fullMethod string) ([]core.Limit,
 	if pick == nil {
 		return With(policyconf.Limits[redlimit.Option](nil))
 	}
-	return With(policyconf.Limits[redlimit.Option](func(q *redlimit.Request) ([]core.Limit, error) {
+	return With(policyconf.Limits[redlimit.Option](func(q redlimit.Request) ([]core.Limit, error) {
 		limits, err := pick(q.Context, q.Route)
 		if err != nil {
 			return nil, limitsError{err}
@@ -84,7 +84,7 @@ func WithObserver(observe func(ctx context.Context, fullMethod string, d redlimi
 	if observe == nil {
 		return func(*config) {}
 	}
-	return With(policyconf.Observe[redlimit.Option](func(q *redlimit.Request, d redlimit.Decision) {
+	return With(policyconf.Observe[redlimit.Option](func(q redlimit.Request, d redlimit.Decision) {
 		observe(q.Context, q.Route, d)
 	}))
 }
@@ -108,7 +108,7 @@ func WithResponseCost(cost func(ctx context.Context, fullMethod string, reply an
 	if cost == nil {
 		return With(policyconf.ResponseCost[redlimit.Option](nil))
 	}
-	set := With(policyconf.ResponseCost[redlimit.Option](func(q *redlimit.Request, _ int, _ http.Header) int {
+	set := With(policyconf.ResponseCost[redlimit.Option](func(q redlimit.Request, _ int, _ http.Header) int {
 		var reply any
 		var err error
 		if out, ok := q.Context.Value(outcomeKey{}).(*outcome); ok {
@@ -166,7 +166,7 @@ type Budget struct {
 func WithBudget(b Budget) Option {
 	conf := policyconf.Budget[redlimit.Request]{Limits: append([]core.Limit(nil), b.Limits...), MaxCost: b.MaxCost, TakeRest: b.TakeRest}
 	if b.Estimate != nil {
-		conf.Estimate = func(q *redlimit.Request) int {
+		conf.Estimate = func(q redlimit.Request) int {
 			var req any
 			if out, ok := q.Context.Value(outcomeKey{}).(*outcome); ok {
 				req = out.req
@@ -175,7 +175,7 @@ func WithBudget(b Budget) Option {
 		}
 	}
 	if b.Cost != nil {
-		conf.Cost = func(q *redlimit.Request, _ int, _ http.Header) int {
+		conf.Cost = func(q redlimit.Request, _ int, _ http.Header) int {
 			var reply any
 			var err error
 			if out, ok := q.Context.Value(outcomeKey{}).(*outcome); ok {

@@ -3,8 +3,9 @@
 // github.com/redlimit/redlimit (grpclimit, otellimit) set one record.
 //
 // The functions of a request are kept in a form every protocol can call:
-// of a *redlimit.Request, whose HTTP field is the *http.Request when there
-// is one. The root package's options of an *http.Request wrap their
+// of a redlimit.Request, whose HTTP field is the *http.Request when there
+// is one; taken by value, since a pointer passed to a function value goes
+// to the heap (an allocation per request). The root package's options of an *http.Request wrap their
 // function in that form; grpclimit's options of a call set it directly,
 // through the setters here. This package cannot import the root package
 // (which imports it), so the root package's types are its type parameters:
@@ -12,7 +13,7 @@
 // record of the options that read no request. A setter's type parameters
 // are inferred from the Option type it is asked for:
 //
-//	policyconf.Skip[redlimit.Option](func(q *redlimit.Request) bool { ... })
+//	policyconf.Skip[redlimit.Option](func(q redlimit.Request) bool { ... })
 package policyconf
 
 import (
@@ -35,17 +36,17 @@ type Config[Q, D, R any] struct {
 // when not set. Each must be safe for concurrent use.
 type Funcs[Q, D any] struct {
 	// Key tells requests apart; an error is a request without a key.
-	Key func(q *Q) (string, error)
+	Key func(q Q) (string, error)
 	// Skip exempts the requests for which it returns true.
-	Skip func(q *Q) bool
+	Skip func(q Q) bool
 	// Limits picks a request's limits; nil limits: the policy's own.
-	Limits func(q *Q) ([]core.Limit, error)
+	Limits func(q Q) ([]core.Limit, error)
 	// Observe sees every decision.
-	Observe func(q *Q, d D)
+	Observe func(q Q, d D)
 	// ResponseCost is an admitted request's true cost, after its handler:
 	// status is HTTP's (a gRPC call's code mapped to it), header the
 	// response header (nil for a request of another protocol).
-	ResponseCost func(q *Q, status int, header http.Header) int
+	ResponseCost func(q Q, status int, header http.Header) int
 	// Budgets are limits in other units than requests, each with its
 	// estimate and cost per request (redlimit.WithBudget).
 	Budgets []Budget[Q]
@@ -56,8 +57,8 @@ type Funcs[Q, D any] struct {
 // of the policy's request limits (redlimit.Budget documents each field).
 type Budget[Q any] struct {
 	Limits   []core.Limit
-	Estimate func(q *Q) int
-	Cost     func(q *Q, status int, header http.Header) int
+	Estimate func(q Q) int
+	Cost     func(q Q, status int, header http.Header) int
 	MaxCost  int
 	TakeRest bool
 }
@@ -72,30 +73,30 @@ type HTTPOnly struct {
 }
 
 // Key sets the policy's key function, for every protocol.
-func Key[O ~func(*Config[Q, D, R]), Q, D, R any](key func(q *Q) (string, error)) O {
+func Key[O ~func(*Config[Q, D, R]), Q, D, R any](key func(q Q) (string, error)) O {
 	return func(c *Config[Q, D, R]) { c.Key, c.HTTPOnly.Key = key, "" }
 }
 
 // Skip sets the function that exempts requests, for every protocol.
-func Skip[O ~func(*Config[Q, D, R]), Q, D, R any](skip func(q *Q) bool) O {
+func Skip[O ~func(*Config[Q, D, R]), Q, D, R any](skip func(q Q) bool) O {
 	return func(c *Config[Q, D, R]) { c.Skip, c.HTTPOnly.Skip = skip, "" }
 }
 
 // Limits sets the function that picks a request's limits, for every
 // protocol.
-func Limits[O ~func(*Config[Q, D, R]), Q, D, R any](pick func(q *Q) ([]core.Limit, error)) O {
+func Limits[O ~func(*Config[Q, D, R]), Q, D, R any](pick func(q Q) ([]core.Limit, error)) O {
 	return func(c *Config[Q, D, R]) { c.Limits, c.HTTPOnly.Limits = pick, "" }
 }
 
 // Observe adds an observer of every decision, after those already set; a
 // nil observe adds none.
-func Observe[O ~func(*Config[Q, D, R]), Q, D, R any](observe func(q *Q, d D)) O {
+func Observe[O ~func(*Config[Q, D, R]), Q, D, R any](observe func(q Q, d D)) O {
 	return func(c *Config[Q, D, R]) {
 		if observe == nil {
 			return
 		}
 		if prev := c.Observe; prev != nil {
-			c.Observe = func(q *Q, d D) { prev(q, d); observe(q, d) }
+			c.Observe = func(q Q, d D) { prev(q, d); observe(q, d) }
 			return
 		}
 		c.Observe = observe
@@ -104,7 +105,7 @@ func Observe[O ~func(*Config[Q, D, R]), Q, D, R any](observe func(q *Q, d D)) O 
 
 // ResponseCost sets the function that settles every admitted request after
 // its handler, for every protocol.
-func ResponseCost[O ~func(*Config[Q, D, R]), Q, D, R any](cost func(q *Q, status int, header http.Header) int) O {
+func ResponseCost[O ~func(*Config[Q, D, R]), Q, D, R any](cost func(q Q, status int, header http.Header) int) O {
 	return func(c *Config[Q, D, R]) { c.ResponseCost = cost }
 }
 
