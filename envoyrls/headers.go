@@ -7,7 +7,6 @@ import (
 
 	"github.com/dunglas/httpsfv"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
@@ -22,14 +21,13 @@ import (
 // descriptor is vs[binding]: X-RateLimit-Limit (its capacity),
 // -Remaining and -Reset (seconds until its allowance is full), the
 // draft's RateLimit-Policy and RateLimit with a member per limited
-// descriptor, and on OVER_LIMIT Retry-After (seconds, rounded up, at
-// least 1).
-func (s *Server) headers(vs []verdict, binding int, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+// descriptor, and when the answer is OVER_LIMIT Retry-After (seconds,
+// rounded up, at least 1).
+func (s *Server) headers(vs []verdict, binding int, denied bool) []*corev3.HeaderValue {
 	if s.opts.Headers == redlimit.HeadersNone {
 		return nil
 	}
 	b := &vs[binding]
-	denied := statuses[binding].Code == rlsv3.RateLimitResponse_OVER_LIMIT
 	var out []*corev3.HeaderValue
 	var retryAfter int64
 	if denied {

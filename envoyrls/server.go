@@ -356,14 +356,15 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, vs []v
 			return nil, status.Errorf(codes.Unavailable, "envoyrls: %v", failed)
 		}
 	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.opts.ShadowMode {
+		// Envoy lets the request through: its charges stand.
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		s.refund(ctx, vs, resp.Statuses)
-		if s.opts.ShadowMode {
-			resp.OverallCode = rlsv3.RateLimitResponse_OK
-		}
 	}
 	if binding >= 0 {
-		resp.ResponseHeadersToAdd = s.headers(vs, binding, resp.Statuses)
+		resp.ResponseHeadersToAdd = s.headers(vs, binding, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	}
 	return resp, nil
 }

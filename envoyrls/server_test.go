@@ -502,3 +502,45 @@ descriptors:
 		t.Errorf("bob on /r, the 31st: %v", r.GetOverallCode())
 	}
 }
+
+// TestShadowMode: a rule in shadow_mode or quota_mode answers OK, its
+// count kept; the global ShadowMode answers OK overall, the statuses
+// still saying OVER_LIMIT, and a request Envoy lets through stays
+// charged.
+func TestShadowMode(t *testing.T) {
+	t.Parallel()
+	const doc = `
+domain: d
+descriptors:
+  - key: soft
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: route
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	clk := newClock()
+	c := serve(t, yamlServer(t, clk.limiter(rdb), doc, envoyrls.Options{}))
+	want(t, "shadow_mode", overall(t, c, 3, "d", desc("soft", "a")), "OK OK OK")
+	want(t, "quota_mode", overall(t, c, 3, "d", desc("quota", "a")), "OK OK OK")
+	if st := ask(t, c, "d", desc("soft", "a")).GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OK || st.GetLimitRemaining() != 0 || st.GetCurrentLimit() == nil {
+		t.Errorf("shadow status %v", st)
+	}
+
+	g := serve(t, yamlServer(t, clk.limiter(rdb), doc, envoyrls.Options{ShadowMode: true}))
+	want(t, "global shadow", overall(t, g, 3, "d", desc("user", "u"), desc("route", "/")), "OK OK OK")
+	r := ask(t, g, "d", desc("user", "u"), desc("route", "/"))
+	if r.GetStatuses()[0].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || r.GetStatuses()[1].GetLimitRemaining() != 1 {
+		t.Errorf("global shadow statuses: %v", r.GetStatuses())
+	}
+	for _, h := range r.GetResponseHeadersToAdd() {
+		if h.GetKey() == "retry-after" {
+			t.Errorf("retry-after on an OK answer")
+		}
+	}
+}
