@@ -85,8 +85,9 @@ func (s *Server) HealthHandler() http.Handler {
 func (s *Server) SetHealthy(ok bool) { s.healthy.Store(ok) }
 
 // WatchConfig reloads the configuration from dir (as LoadConfig reads
-// it) whenever its files change, checking every interval (at least 10
-// ms; 0 means 1 s), until ctx ends; it returns ctx's error. A change
+// it) whenever its files change after WatchConfig starts (a name, a size
+// or a modification time), checking every interval (at least 10 ms; 0
+// means 1 s), until ctx ends; it returns ctx's error. A change
 // that does not load is logged and the configuration in use stays, until
 // the files change again. State is kept as SetConfig keeps it.
 // WatchConfig reads files only: the Server's current configuration is

@@ -208,6 +208,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		v.hits = int(min(hits, maxHits+1))
 	}
 	var decide []int // the verdicts that go to Redis
+	limited := 0
 	for i := range vs {
 		v := &vs[i]
 		r := v.m.rule
@@ -215,6 +216,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			continue
 		}
 		v.limited = true
+		limited++
 		if v.limit == (core.Limit{}) {
 			v.limit, v.rate, v.unit = r.limit, r.rate, r.unit
 		}
@@ -228,9 +230,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			decide = append(decide, i)
 		}
 	}
-	refund := !s.opts.ChargeDenied && len(decide) > 1
+	// A request of one limited descriptor has nothing to refund: a
+	// denial charges nothing.
+	refund := !s.opts.ChargeDenied && limited > 1
 	if len(decide) == 1 {
-		s.decide(ctx, &vs[decide[0]], false)
+		s.decide(ctx, &vs[decide[0]], refund)
 	} else if len(decide) > 1 {
 		var wg sync.WaitGroup
 		for _, i := range decide[1:] {

@@ -3,6 +3,7 @@ package envoyrls_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"strings"
@@ -270,6 +271,9 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10}
   - key: route
     rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: ip
+    value: 192.0.2.66
+    rate_limit: {unit: second, requests_per_unit: 0}
 `
 	for _, charge := range []bool{false, true} {
 		clk := newClock()
@@ -278,6 +282,13 @@ descriptors:
 		remaining := ask(t, c, "d", desc("user", "u")).GetStatuses()[0].GetLimitRemaining()
 		if w := map[bool]uint32{false: 7, true: 5}[charge]; remaining != w {
 			t.Errorf("ChargeDenied %v: the user has %d left, want %d", charge, remaining, w)
+		}
+		// A descriptor that denies every request (requests_per_unit: 0)
+		// without asking Redis.
+		want(t, "a blocked address", overall(t, c, 2, "d", desc("user", "u"), desc("ip", "192.0.2.66")), "OVER_LIMIT OVER_LIMIT")
+		remaining = ask(t, c, "d", desc("user", "u")).GetStatuses()[0].GetLimitRemaining()
+		if w := map[bool]uint32{false: 6, true: 2}[charge]; remaining != w {
+			t.Errorf("ChargeDenied %v, blocked address: the user has %d left, want %d", charge, remaining, w)
 		}
 	}
 }
@@ -381,15 +392,16 @@ func TestFailure(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	lim := core.New(rdb, core.WithTimeout(200*time.Millisecond))
+	lim := core.New(rdb, core.WithTimeout(200*time.Millisecond), core.WithLogger(slog.New(slog.DiscardHandler)))
 	const doc = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
 	var observed atomic.Int64
-	open := serve(t, yamlServer(t, lim, doc, envoyrls.Options{Observe: func(d redlimit.Decision) {
+	quiet := slog.New(slog.DiscardHandler)
+	open := serve(t, yamlServer(t, lim, doc, envoyrls.Options{Logger: quiet, Observe: func(d redlimit.Decision) {
 		if d.Outcome == redlimit.OutcomeError && d.Err != nil {
 			observed.Add(1)
 		}
 	}}))
-	closed := serve(t, yamlServer(t, lim, doc, envoyrls.Options{Failure: redlimit.FailClosed}))
+	closed := serve(t, yamlServer(t, lim, doc, envoyrls.Options{Logger: quiet, Failure: redlimit.FailClosed}))
 	mr.Close()
 	r := ask(t, open, "d", desc("k", "v"))
 	if r.GetOverallCode() != rlsv3.RateLimitResponse_OK || r.GetStatuses()[0].GetCurrentLimit() != nil {
