@@ -556,3 +556,33 @@ descriptors:
 		}
 	}
 }
+
+// TestShareThreshold: the reference server's share_threshold test
+// configuration: values matching a shared wildcard share one count, at
+// any depth, and an explicit value keeps its own.
+func TestShareThreshold(t *testing.T) {
+	t.Parallel()
+	c := serve(t, newServer(t, newClock().limiter(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})), "testdata/share", envoyrls.Options{}))
+	hits := func(n uint32, ds ...*ratelimitv3.RateLimitDescriptor) string {
+		resp, err := c.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "test-domain", Descriptors: ds, HitsAddend: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(resp.GetOverallCode(), " ", resp.GetStatuses()[0].GetLimitRemaining())
+	}
+	want(t, "files/a.pdf", hits(60, desc("files", "files/a.pdf")), "OK 40")
+	want(t, "files/b.csv shares it", hits(40, desc("files", "files/b.csv")), "OK 0")
+	want(t, "files/c.txt", hits(1, desc("files", "files/c.txt")), "OVER_LIMIT 0")
+	want(t, "nested", hits(200, desc("nested", "parent", "files", "nested/x")), "OK 0")
+	want(t, "nested, another value", hits(1, desc("nested", "parent", "files", "nested/y")), "OVER_LIMIT 0")
+	want(t, "top/* then nested/*", hits(300, desc("files", "top/1", "files", "nested/1")), "OK 0")
+	want(t, "top/* then nested/*, other values", hits(1, desc("files", "top/2", "files", "nested/2")), "OVER_LIMIT 0")
+	want(t, "file test1: its own 50", hits(50, desc("file", "test1")), "OK 0")
+	want(t, "file test2: test* shares 100", hits(100, desc("file", "test2")), "OK 0")
+	want(t, "file test3", hits(1, desc("file", "test3")), "OVER_LIMIT 0")
+	want(t, "user/1 res/1 read", hits(150, desc("user", "user/1", "resource", "res/1", "action", "read")), "OK 0")
+	want(t, "user/2 res/2 read shares it", hits(1, desc("user", "user/2", "resource", "res/2", "action", "read")), "OVER_LIMIT 0")
+	want(t, "user/2 res/2 write does not", hits(1, desc("user", "user/2", "resource", "res/2", "action", "write")), "OK 149")
+	want(t, "path/* shared, file/* not", hits(120, desc("path", "path/1", "file", "file/1", "type", "t")), "OK 0")
+	want(t, "another file/ value", hits(1, desc("path", "path/2", "file", "file/2", "type", "t")), "OK 119")
+}
