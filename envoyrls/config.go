@@ -86,50 +86,49 @@ type rule struct {
 	name      string // rate_limit.name, for replaces
 	replaces  []string
 	unlimited bool
-	shadow    bool // shadow_mode: an OVER_LIMIT answer is OK
-	quota     bool // quota_mode: the same, as the reference server reports it
-	detailed  bool // detailed_metric: metrics name the request's values
-	debt      bool // charge hits in full even past the limit
-	unit      Unit // the reference format's unit of time, for current_limit
-	rate      int  // requests_per_unit; 0 denies every request
+	shadow    bool     // shadow_mode: an OVER_LIMIT answer is OK
+	quota     bool     // quota_mode: the same, as the reference server reports it
+	detailed  bool     // detailed_metric: metrics name the request's values
+	debt      bool     // charge hits in full even past the limit
+	unit      timeUnit // the reference format's unit of time, for current_limit
+	rate      int      // requests_per_unit; 0 denies every request
 	limit     core.Limit
 }
 
-// Unit is the reference format's unit of time of a limit.
-type Unit string
+// timeUnit is the reference format's unit of time of a limit, or one of
+// redlimit's additions on the calendar. A limit of n per unit is a fixed
+// window of that length unless its algorithm says otherwise: a month is 30
+// days and a year 365, as in the reference server, and with calendar a
+// day, week or month follows the calendar in the given zone (a week from
+// Monday, a month from the 1st).
+type timeUnit string
 
-// The units of the reference format, and redlimit's additions to it on
-// the calendar. A limit of n per Unit is a fixed window of that length
-// unless its algorithm says otherwise: Month is 30 days and Year 365, as
-// in the reference server, and with calendar a Day, Week or Month follow
-// the calendar in the given zone (a Week from Monday, a Month from the
-// 1st).
 const (
-	Second Unit = "second"
-	Minute Unit = "minute"
-	Hour   Unit = "hour"
-	Day    Unit = "day"
-	Week   Unit = "week"
-	Month  Unit = "month"
-	Year   Unit = "year"
+	unitSecond timeUnit = "second"
+	unitMinute timeUnit = "minute"
+	unitHour   timeUnit = "hour"
+	unitDay    timeUnit = "day"
+	unitWeek   timeUnit = "week"
+	unitMonth  timeUnit = "month"
+	unitYear   timeUnit = "year"
 )
 
 // period is the length of a window of the unit, off the calendar.
-func (u Unit) period() time.Duration {
+func (u timeUnit) period() time.Duration {
 	switch u {
-	case Second:
+	case unitSecond:
 		return time.Second
-	case Minute:
+	case unitMinute:
 		return time.Minute
-	case Hour:
+	case unitHour:
 		return time.Hour
-	case Day:
+	case unitDay:
 		return 24 * time.Hour
-	case Week:
+	case unitWeek:
 		return 7 * 24 * time.Hour
-	case Month:
+	case unitMonth:
 		return 30 * 24 * time.Hour
-	case Year:
+	case unitYear:
 		return 365 * 24 * time.Hour
 	}
 	return 0
@@ -377,7 +376,7 @@ func newRule(path string, y yamlDescriptor) (*rule, error) {
 		}
 		r.replaces = append(r.replaces, *rep.Name)
 	}
-	unit := Unit(strings.ToLower(b.Unit))
+	unit := timeUnit(strings.ToLower(b.Unit))
 	valid := unit.period() > 0
 	if b.Unlimited {
 		if valid {
@@ -412,7 +411,7 @@ func newRule(path string, y yamlDescriptor) (*rule, error) {
 // limitOf returns the core.Limit of rate per unit with the extensions;
 // a rate of 0 (deny every request) is returned as the limit of rate 1,
 // which the caller never sends.
-func limitOf(rate int, unit Unit, algorithm string, burst, buckets int, calendar string) (core.Limit, error) {
+func limitOf(rate int, unit timeUnit, algorithm string, burst, buckets int, calendar string) (core.Limit, error) {
 	l := core.Limit{Algorithm: core.FixedWindow, Rate: max(rate, 1), Period: unit.period(), Burst: burst, Buckets: buckets}
 	if algorithm != "" {
 		l.Algorithm = core.Algorithm(algorithm)
@@ -425,8 +424,8 @@ func limitOf(rate int, unit Unit, algorithm string, burst, buckets int, calendar
 			return core.Limit{}, fmt.Errorf("calendar needs algorithm fixed_window, not %s", l.Algorithm)
 		}
 		switch unit {
-		case Day, Week:
-		case Month:
+		case unitDay, unitWeek:
+		case unitMonth:
 			l.Period = calendarMonth
 		default:
 			return core.Limit{}, fmt.Errorf("calendar needs unit day, week or month, not %s", unit)

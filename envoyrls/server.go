@@ -159,7 +159,7 @@ type verdict struct {
 	m       match
 	limit   core.Limit // the limit decided, the rule's or the request's override
 	rate    int
-	unit    Unit
+	unit    timeUnit
 	hits    int
 	res     core.Result
 	err     error
@@ -271,9 +271,9 @@ func (v *verdict) override(domain string, d *ratelimitv3.RateLimitDescriptor, o 
 }
 
 // overrideUnits are the units a request's override may give.
-var overrideUnits = map[typev3.RateLimitUnit]Unit{
-	typev3.RateLimitUnit_SECOND: Second, typev3.RateLimitUnit_MINUTE: Minute, typev3.RateLimitUnit_HOUR: Hour,
-	typev3.RateLimitUnit_DAY: Day, typev3.RateLimitUnit_MONTH: Month, typev3.RateLimitUnit_YEAR: Year,
+var overrideUnits = map[typev3.RateLimitUnit]timeUnit{
+	typev3.RateLimitUnit_SECOND: unitSecond, typev3.RateLimitUnit_MINUTE: unitMinute, typev3.RateLimitUnit_HOUR: unitHour,
+	typev3.RateLimitUnit_DAY: unitDay, typev3.RateLimitUnit_MONTH: unitMonth, typev3.RateLimitUnit_YEAR: unitYear,
 }
 
 // decide makes one descriptor's decision: AllowN, or Reserve when it may
@@ -409,11 +409,11 @@ func (s *Server) refund(ctx context.Context, vs []verdict, statuses []*rlsv3.Rat
 }
 
 // responseUnits are the units of current_limit.
-var responseUnits = map[Unit]rlsv3.RateLimitResponse_RateLimit_Unit{
-	Second: rlsv3.RateLimitResponse_RateLimit_SECOND, Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
-	Hour: rlsv3.RateLimitResponse_RateLimit_HOUR, Day: rlsv3.RateLimitResponse_RateLimit_DAY,
-	Week: rlsv3.RateLimitResponse_RateLimit_WEEK, Month: rlsv3.RateLimitResponse_RateLimit_MONTH,
-	Year: rlsv3.RateLimitResponse_RateLimit_YEAR,
+var responseUnits = map[timeUnit]rlsv3.RateLimitResponse_RateLimit_Unit{
+	unitSecond: rlsv3.RateLimitResponse_RateLimit_SECOND, unitMinute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	unitHour: rlsv3.RateLimitResponse_RateLimit_HOUR, unitDay: rlsv3.RateLimitResponse_RateLimit_DAY,
+	unitWeek: rlsv3.RateLimitResponse_RateLimit_WEEK, unitMonth: rlsv3.RateLimitResponse_RateLimit_MONTH,
+	unitYear: rlsv3.RateLimitResponse_RateLimit_YEAR,
 }
 
 // observe reports a descriptor's decision to Options.Observe.
