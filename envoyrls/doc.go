@@ -16,6 +16,9 @@
 // A Server looks each descriptor up as the reference server does and
 // decides it under its own key, one atomic script on Redis, shared by any
 // number of Server instances: counts stay exact under any concurrency.
+// A request of several descriptors is several decisions, sent together;
+// when one denies it, what the others charged is refunded
+// (Options.ChargeDenied keeps it, as the reference server does).
 // Limits are fixed windows of the unit unless a rate_limit block says
 // otherwise with redlimit's extensions: algorithm (gcra, token_bucket,
 // leaky_bucket, sliding_window, sliding_log), burst, buckets, calendar (a
