@@ -26,12 +26,11 @@ func (c *Config) lookup(domain string, entries []*ratelimitv3.RateLimitDescripto
 	if n == nil || len(entries) == 0 {
 		return match{}
 	}
-	var key, metric strings.Builder
+	var key strings.Builder
 	writeKeyPart(&key, domain)
-	metric.WriteString(domain)
 	var found *rule
 	for i, e := range entries {
-		next, value, metricValue := n.child(e.GetKey(), e.GetValue())
+		next, value, _ := n.child(e.GetKey(), e.GetValue())
 		if next == nil {
 			return match{}
 		}
@@ -39,12 +38,6 @@ func (c *Config) lookup(domain string, entries []*ratelimitv3.RateLimitDescripto
 		writeKeyPart(&key, e.GetKey())
 		key.WriteByte('=')
 		writeKeyPart(&key, value)
-		metric.WriteByte('.')
-		metric.WriteString(e.GetKey())
-		if metricValue != "" {
-			metric.WriteByte('_')
-			metric.WriteString(metricValue)
-		}
 		if i == len(entries)-1 {
 			found = next.rule
 		}
@@ -55,12 +48,32 @@ func (c *Config) lookup(domain string, entries []*ratelimitv3.RateLimitDescripto
 	}
 	m := match{rule: found, key: key.String(), metric: found.path}
 	if found.detailed {
-		m.metric = metric.String()
+		m.metric = c.detailedMetric(domain, entries)
 	}
 	if len(m.key) > maxKey {
 		m.key = hashKey(m.key)
 	}
 	return m
+}
+
+// detailedMetric is the metric name of a descriptor whose rule has
+// detailed_metric: the request's entries, the values of a shared
+// wildcard written as the wildcard.
+func (c *Config) detailedMetric(domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
+	var metric strings.Builder
+	metric.WriteString(domain)
+	n := c.domains[domain]
+	for _, e := range entries {
+		next, _, value := n.child(e.GetKey(), e.GetValue())
+		metric.WriteByte('.')
+		metric.WriteString(e.GetKey())
+		if value != "" {
+			metric.WriteByte('_')
+			metric.WriteString(value)
+		}
+		n = next
+	}
+	return metric.String()
 }
 
 // hashKey returns the key for a descriptor too long to be its own.

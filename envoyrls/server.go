@@ -185,11 +185,14 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	cfg := s.config.Load()
 	ds := req.GetDescriptors()
 	vs := make([]verdict, len(ds))
-	replaced := map[string]bool{}
+	var replaced map[string]bool // the names of the rules that matched rules replace
 	for i, d := range ds {
 		v := &vs[i]
 		v.m = cfg.lookup(req.GetDomain(), d.GetEntries())
-		if r := v.m.rule; r != nil {
+		if r := v.m.rule; r != nil && len(r.replaces) > 0 {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
 			for _, name := range r.replaces {
 				replaced[name] = true
 			}
@@ -284,13 +287,12 @@ func (s *Server) decide(ctx context.Context, v *verdict, refundable bool) {
 	if s.opts.Observe != nil {
 		start = time.Now()
 	}
-	limits := []core.Limit{v.limit}
 	switch {
 	case v.m.rule.debt:
 		// Admit while anything is left (a cost of 1, or 0 to read), then
 		// charge the rest without denying: the key may go into debt.
 		n := min(v.hits, 1)
-		r, err := s.lim.Reserve(ctx, v.m.key, limits, n)
+		r, err := s.lim.Reserve(ctx, v.m.key, []core.Limit{v.limit}, n)
 		if err == nil {
 			v.res = r.Result()
 			if v.res.Allowed && v.hits > n {
@@ -300,7 +302,7 @@ func (s *Server) decide(ctx context.Context, v *verdict, refundable bool) {
 		}
 		v.err = err
 	case refundable:
-		r, err := s.lim.Reserve(ctx, v.m.key, limits, v.hits)
+		r, err := s.lim.Reserve(ctx, v.m.key, []core.Limit{v.limit}, v.hits)
 		if err == nil {
 			v.res, v.res0 = r.Result(), r
 		}

@@ -586,3 +586,26 @@ func TestShareThreshold(t *testing.T) {
 	want(t, "path/* shared, file/* not", hits(120, desc("path", "path/1", "file", "file/1", "type", "t")), "OK 0")
 	want(t, "another file/ value", hits(1, desc("path", "path/2", "file", "file/2", "type", "t")), "OK 119")
 }
+
+// TestObserve: each limited descriptor's decision reaches Observe under
+// its rule's place in the configuration, or with detailed_metric under
+// the request's values.
+func TestObserve(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var seen []string
+	srv := newServer(t, newClock().limiter(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})), "testdata/reference", envoyrls.Options{Observe: func(d redlimit.Decision) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, fmt.Sprint(d.Policy, " ", d.Outcome))
+	}})
+	c := serve(t, srv)
+	ask(t, c, "example8", desc("key1", "unspecified"))
+	ask(t, c, "example8", desc("key1", "value1"))
+	ask(t, c, "messaging", desc("to_number", "2061111111"))
+	ask(t, c, "edge_proxy_per_ip", desc("remote_address", "50.0.0.5"))
+	ask(t, c, "internal", desc("ldap", "x")) // unlimited: not a decision
+	mu.Lock()
+	defer mu.Unlock()
+	want(t, "observed", strings.Join(seen, ", "), "example8.key1_unspecified allowed, example8.key1_value1 allowed, messaging.to_number allowed, edge_proxy_per_ip.remote_address_50.0.0.5 denied")
+}
