@@ -1,0 +1,145 @@
+package envoyrls
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
+)
+
+// The fields written here follow what redlimit's HTTP layer writes
+// (docs/headers.md): the root package's writer takes its own policy type,
+// so an RLS answer, one decision per descriptor, writes them here in the
+// same words.
+
+// headers returns the rate-limit fields of an answer whose binding
+// descriptor is vs[binding]: X-RateLimit-Limit (its capacity),
+// -Remaining and -Reset (seconds until its allowance is full), the
+// draft's RateLimit-Policy and RateLimit with a member per limited
+// descriptor, and when the answer is OVER_LIMIT Retry-After (seconds,
+// rounded up, at least 1).
+func (s *Server) headers(vs []verdict, binding int, denied bool) []*corev3.HeaderValue {
+	if s.opts.Headers == redlimit.HeadersNone {
+		return nil
+	}
+	b := &vs[binding]
+	var out []*corev3.HeaderValue
+	var retryAfter int64
+	if denied {
+		retryAfter = max(1, seconds(b.res.RetryAfter))
+		out = append(out, headerValue("retry-after", strconv.FormatInt(retryAfter, 10)))
+	}
+	if s.opts.Headers == redlimit.HeadersXRateLimit || s.opts.Headers == redlimit.HeadersBoth {
+		out = append(out,
+			headerValue(s.names.Limit, strconv.Itoa(capacity(b))),
+			headerValue(s.names.Remaining, strconv.Itoa(max(0, b.res.Remaining))),
+			headerValue(s.names.Reset, strconv.FormatInt(seconds(b.res.ResetAfter), 10)))
+	}
+	if s.opts.Headers == redlimit.HeadersDraft || s.opts.Headers == redlimit.HeadersBoth {
+		var pol, rl []string
+		for i := range vs {
+			v := &vs[i]
+			if !v.limited || v.err != nil {
+				continue
+			}
+			name := v.m.rule.name
+			if name == "" {
+				name = v.m.metric
+			}
+			pol = append(pol, policyItem(name, v))
+			item := httpsfv.NewItem(printable(name))
+			item.Params.Add("r", int64(max(0, v.res.Remaining)))
+			if t := seconds(v.res.NextAfter); t > 0 && (!denied || t <= retryAfter) {
+				item.Params.Add("t", t)
+			}
+			rl = append(rl, marshal(item))
+		}
+		out = append(out,
+			headerValue("ratelimit-policy", strings.Join(pol, ", ")),
+			headerValue("ratelimit", strings.Join(rl, ", ")))
+	}
+	return out
+}
+
+// capacity is how many events the descriptor's limit lets pass at once;
+// 0 for a limit of 0.
+func capacity(v *verdict) int {
+	if v.rate == 0 {
+		return 0
+	}
+	return v.limit.Capacity()
+}
+
+// policyItem is the RateLimit-Policy member of a descriptor's limit:
+// "name";q=<rate>;w=<period in seconds>, and ;redlimit-burst=<capacity>
+// where the capacity differs from the rate, as redlimit's HTTP layer
+// writes it. Every unit of the format is a whole number of seconds.
+func policyItem(name string, v *verdict) string {
+	item := httpsfv.NewItem(printable(name))
+	item.Params.Add("q", int64(v.rate))
+	item.Params.Add("w", int64(v.limit.Period/time.Second))
+	if c := capacity(v); c != v.rate {
+		item.Params.Add("redlimit-burst", int64(c))
+	}
+	return marshal(item)
+}
+
+// marshal writes a structured-field item; the names are printable ASCII
+// and the parameters integers, so it cannot fail.
+func marshal(item httpsfv.Item) string {
+	s, err := httpsfv.Marshal(item)
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
+// printable returns s with every byte that is not printable ASCII as '?',
+// so that it can be a structured-field string.
+func printable(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] < 0x20 || b[j] > 0x7e {
+					b[j] = '?'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// seconds rounds d up to whole seconds.
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	if d > core.InfDuration-time.Second {
+		return int64(core.InfDuration / time.Second)
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// validHeaderName reports whether s is an HTTP field name (a token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,149 @@
+package envoyrls
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// maxJSONBody bounds the body of a /json request.
+const maxJSONBody = 1 << 20
+
+// JSONHandler returns the handler of the reference server's /json
+// endpoint: a POST of a RateLimitRequest in protobuf's JSON form
+// ({"domain": "d", "descriptors": [{"entries": [{"key": "k", "value":
+// "v"}]}]}) is answered with the RateLimitResponse in the same form,
+// with status 200, 429 when it is OVER_LIMIT, 400 for a request that
+// cannot be read or decided, 503 when the decision failed under
+// FailClosed.
+func (s *Server) JSONHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "POST a RateLimitRequest as JSON", http.StatusMethodNotAllowed)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var req rlsv3.RateLimitRequest
+		if err := protojson.Unmarshal(body, &req); err != nil {
+			http.Error(w, "envoyrls: not a RateLimitRequest: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		resp, err := s.ShouldRateLimit(r.Context(), &req)
+		if err != nil {
+			code := http.StatusBadRequest
+			if st, ok := status.FromError(err); ok && st.Code() != codes.InvalidArgument {
+				code = http.StatusServiceUnavailable
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		out, err := protojson.Marshal(resp)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		_, _ = w.Write(out)
+	})
+}
+
+// HealthHandler returns the handler of /healthcheck: 200 "OK" while the
+// Server is healthy, 500 once SetHealthy(false) said it is not (a
+// program shutting down says so first, so that load balancers stop
+// sending it requests).
+func (s *Server) HealthHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !s.healthy.Load() {
+			http.Error(w, "shutting down", http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(w, "OK")
+	})
+}
+
+// SetHealthy sets what HealthHandler answers; a new Server is healthy.
+func (s *Server) SetHealthy(ok bool) { s.healthy.Store(ok) }
+
+// WatchConfig reloads the configuration from dir (as LoadConfig reads
+// it) whenever its files change after WatchConfig starts (a name, a size
+// or a modification time), checking every interval (at least 10 ms; 0
+// means 1 s), until ctx ends; it returns ctx's error. A change
+// that does not load is logged and the configuration in use stays, until
+// the files change again. State is kept as SetConfig keeps it.
+// WatchConfig reads files only: the Server's current configuration is
+// the one it was given, whatever dir held then. Run it in a goroutine of
+// its own.
+func (s *Server) WatchConfig(ctx context.Context, dir string, opts ConfigOptions, interval time.Duration) error {
+	if interval == 0 {
+		interval = time.Second
+	}
+	interval = max(interval, 10*time.Millisecond)
+	last, _ := fingerprint(dir)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		fp, err := fingerprint(dir)
+		if err != nil || fp == last {
+			continue
+		}
+		last = fp
+		c, err := LoadConfig(dir, opts)
+		if err != nil {
+			s.log.Error("envoyrls: config not reloaded, the old one stays", "dir", dir, "err", err)
+			continue
+		}
+		s.SetConfig(c)
+		s.log.Info("envoyrls: config reloaded", "dir", dir, "domains", strings.Join(c.Domains(), ","), "rules", c.Rules())
+	}
+}
+
+// fingerprint hashes the names, sizes and modification times of dir's
+// configuration files: a change of any is a change of the configuration.
+func fingerprint(dir string) (uint64, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	h := fnv.New64a()
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+			continue
+		}
+		info, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			return 0, err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00%d\x00", name, info.Size(), info.ModTime().UnixNano())
+	}
+	return h.Sum64(), nil
+}
