@@ -142,15 +142,6 @@ func (c *call) tag() string {
 	return key[i+1 : i+1+j]
 }
 
-// replyLen returns the length of the call's reply: a decision's, or a
-// settlement's {1}.
-func (c *call) replyLen() int {
-	if c.script.batch == asSettle {
-		return 1
-	}
-	return replyLen(len(c.keys))
-}
-
 // recycle returns the call to the pool. Only its last owner calls it.
 func (c *call) recycle() {
 	clear(c.keys) // drop references to the keys and the arguments
@@ -229,7 +220,7 @@ func (t *trip) answer() {
 				c.answer(nil, u.err)
 				continue
 			}
-			reply, r, err := nextReply(rest, c.replyLen())
+			reply, r, err := nextReply(rest)
 			rest = r
 			c.answer(reply, err)
 		}

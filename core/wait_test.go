@@ -352,9 +352,9 @@ func zeroRetryDenial(t *testing.T, l core.Limit) []any {
 			t.Fatal(err)
 		}
 	}
-	// {allowed, now, then per limit: allowed, remaining, retry_after, ...}
+	// one limit's reply: {allowed, remaining, reset_after, next, retry_after, ...}
 	if len(reply) < 5 || reply[0] != int64(0) || reply[4] == int64(0) {
-		t.Fatalf("a denial replied %v; want {0, now, 0, remaining, retry_after > 0, ...}", reply)
+		t.Fatalf("a denial replied %v; want {0, remaining, reset_after, next, retry_after > 0, ...}", reply)
 	}
 	reply[4] = int64(0)
 	return reply

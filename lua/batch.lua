@@ -7,7 +7,8 @@
 -- ARGV    per call: n, its number of keys, negative for a settlement;
 --         m, its number of arguments; then its m arguments (prelude.lua,
 --         settle.lua).
--- Reply   per call, in order: 1 then decide's or settle's reply; or, when
+-- Reply   per call, in order: the length of decide's or settle's reply
+--         (at least 1), then that reply; or, when
 --         Redis refused one of its commands (WRONGTYPE, OOM, READONLY),
 --         -len, then the error message (len bytes, at most 240) packed six
 --         bytes to an integer, big-endian, the last holding the rest. A
@@ -19,8 +20,9 @@ while at <= #ARGV do
   if n < 0 then n, f = -n, settle end
   local ok, reply = pcall(f, k, n, at + 2)
   if ok then
-    out[#out + 1] = 1
-    for i = 1, #reply do out[#out + 1] = reply[i] end
+    local o = #out
+    out[o + 1] = #reply
+    for i = 1, #reply do out[o + 1 + i] = reply[i] end
   else
     local msg = type(reply) == 'table' and tostring(reply.err) or tostring(reply)
     -- a Redis error raised as a string (miniredis) has Lua's position first

@@ -8,15 +8,21 @@
 --         than the cost, under every limit, as many as fit now. A cost
 --         below 0 takes up to -cost ("take up to"): as many of them as the
 --         limit has left, if it has any left, else 1 (which it denies).
--- Reply   decide returns {allowed, now, then per limit: allowed,
---         remaining, retry_after, reset_after, delay, next, mark}: allowed is 0,
---         or 1 plus the events a prefetch took beyond the cost; now is the
---         decision's clock, which a reservation's settlement reads (0 when
---         the decision makes no reservation: shorter to send); a limit
---         whose cost was "take up to" and which allowed says 1 plus what
---         it took (so at least 2) in place of its allowed. When a
+-- Reply   decide returns, for several limits, {allowed, now, then per
+--         limit: allowed, remaining, retry_after, reset_after, delay, next,
+--         mark}: allowed is 0, or 1 plus the events a prefetch took beyond
+--         the cost; now is the decision's clock, which a reservation's
+--         settlement reads (0 when the decision makes no reservation); a
+--         limit whose cost was "take up to" and which allowed says 1 plus
+--         what it took (so at least 2) in place of its allowed. When a
 --         limit denies, the limits that would have allowed report their
 --         state as it stays: as for cost 0.
+--         For one limit, the common case, it is shorter (every value Redis
+--         returns costs the script time): {allowed, remaining,
+--         reset_after, next, retry_after, delay, mark, now}, where allowed
+--         is the limit's (its "take up to" count, or the prefetch's), and
+--         the values from retry_after on are left out when all are 0, and
+--         from delay on when those are.
 
 -- upto returns what a cost of "take up to -cost" takes under the limit
 -- of key, whose algorithm alg reads its arguments from ARGV[at]: up to
@@ -52,9 +58,14 @@ local function decide(k, n, at)
     local cost = asked + more
     if asked < 0 then cost = upto(KEYS[k], asked, alg, at + 2) + more end
     local allowed, remaining, retry, reset, delay, next, mark = alg.decide(KEYS[k], cost, at + 2, cost > 0)
-    local said = allowed
+    local said = allowed * (1 + more) -- a prefetch and "take up to" never meet
     if asked < 0 and allowed == 1 then said = 1 + cost end
-    return {allowed * (1 + more), stamp, said, remaining, retry, reset, delay, next, mark or 0}
+    if stamp == 0 then mark = 0 end -- no reservation: nothing settles it
+    if delay == 0 and stamp == 0 then
+      if retry == 0 then return {said, remaining, reset, next} end
+      return {said, remaining, reset, next, retry}
+    end
+    return {said, remaining, reset, next, retry, delay, mark or 0, stamp}
   end
 
   -- Several: decide each without storing. Only if all allow, decide each
