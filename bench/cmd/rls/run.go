@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+)
+
+// cell is one load: concurrent callers over distinct descriptor values.
+type cell struct{ callers, values int }
+
+// measurement is one server's result in one cell and round.
+type measurement struct {
+	load       *load
+	warm       *load
+	mallocs    uint64 // the server process's, during the measurement
+	mallocsOK  bool
+	cmds       map[string]cmdStat
+	srvUsec    float64 // INFO commandstats, see serverUsec
+	srvCalls   int64
+	cpuSec     float64 // redis-server's CPU, user and system
+	mallocsErr error
+}
+
+// exactResult is one server's answers in one round of the exactness check.
+type exactResult struct {
+	load    *load
+	crossed bool // the burst crossed a minute of the wall clock
+}
+
+func cells(cfg config) []cell {
+	var cs []cell
+	for _, v := range cfg.Values {
+		for _, c := range cfg.Callers {
+			cs = append(cs, cell{callers: c, values: v})
+		}
+	}
+	return cs
+}
+
+// run starts redis-server and the two servers and measures every cell in
+// every round, then the exactness check and the profiles.
+func run(ctx context.Context, cfg config, tmp string) (*report, error) {
+	begin := time.Now()
+	redisAddr, stopRedis, err := startRedis(cfg.RedisServer, tmp)
+	if err != nil {
+		return nil, err
+	}
+	defer stopRedis()
+	rc := redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 1, MaxRetries: -1})
+	defer rc.Close()
+	cfgDir, err := writeConfig(tmp, cfg.ExactLimit)
+	if err != nil {
+		return nil, err
+	}
+
+	cfg.progress("starting the reference server (%s)", cfg.RefBin)
+	ref, err := startReference(ctx, cfg, "reference", tmp, cfgDir, redisAddr)
+	if err != nil {
+		return nil, err
+	}
+	defer ref.stop()
+	var other *server
+	if cfg.RedlimitBin == "ref" {
+		cfg.progress("starting a second reference server in place of redlimit-rls")
+		other, err = startReference(ctx, cfg, "reference-2", tmp, cfgDir, redisAddr)
+	} else {
+		cfg.progress("starting redlimit-rls (%s)", cfg.RedlimitBin)
+		other, err = startRedlimit(ctx, cfg, tmp, cfgDir, redisAddr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer other.stop()
+
+	rep := newReport(cfg, ref, other)
+	rep.redisVersion = redisVersion(ctx, rc)
+	sides := []*server{ref, other}
+	for round := 0; round < cfg.Rounds; round++ {
+		for i, c := range cells(cfg) {
+			for _, s := range ordered(sides, round+i) {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				cfg.progress("round %d/%d, %d callers, %d values: %s", round+1, cfg.Rounds, c.callers, c.values, s.name)
+				m, err := measure(ctx, cfg, rc, s, c)
+				if err != nil {
+					return nil, fmt.Errorf("%s, %d callers, %d values: %w", s.name, c.callers, c.values, err)
+				}
+				rep.add(s, c, m)
+			}
+		}
+		if cfg.ExactRequests > 0 {
+			for _, s := range ordered(sides, round) {
+				cfg.progress("round %d/%d, exactness: %s", round+1, cfg.Rounds, s.name)
+				e, err := exact(ctx, cfg, rc, s, round)
+				if err != nil {
+					return nil, fmt.Errorf("%s, exactness: %w", s.name, err)
+				}
+				rep.exact[s] = append(rep.exact[s], e)
+			}
+		}
+	}
+	if cfg.ProfileDir != "" {
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return nil, err
+		}
+		for _, c := range cells(cfg) {
+			for _, s := range sides {
+				path := filepath.Join(cfg.ProfileDir, fmt.Sprintf("%s-c%d-v%d.pprof", s.name, c.callers, c.values))
+				cfg.progress("profile: %s", path)
+				if err := profileCell(ctx, cfg, rc, s, c, path); err != nil {
+					rep.notes = append(rep.notes, fmt.Sprintf("no profile of %s: %v", s.name, err))
+					break
+				}
+				rep.profiles = append(rep.profiles, path)
+			}
+		}
+	}
+	rep.took = time.Since(begin)
+	return rep, nil
+}
+
+// ordered returns the two sides in turn's order: alternating.
+func ordered(sides []*server, turn int) []*server {
+	if turn%2 == 0 {
+		return sides
+	}
+	return []*server{sides[1], sides[0]}
+}
+
+// measure flushes Redis, warms s up in cell c, then measures it.
+func measure(ctx context.Context, cfg config, rc *redis.Client, s *server, c cell) (measurement, error) {
+	var m measurement
+	if err := rc.FlushAll(ctx).Err(); err != nil {
+		return m, err
+	}
+	reqs := requests(c.values)
+	if cfg.Warmup > 0 {
+		m.warm = drive(ctx, s.clients, reqs, c.callers, cfg.Warmup, cfg.MaxCalls)
+	}
+	if err := rc.ConfigResetStat(ctx).Err(); err != nil {
+		return m, err
+	}
+	before, err := readRedisStats(ctx, rc)
+	if err != nil {
+		return m, err
+	}
+	mal0, err0 := s.mallocs(ctx)
+	m.load = drive(ctx, s.clients, reqs, c.callers, cfg.Duration, cfg.MaxCalls)
+	mal1, err1 := s.mallocs(ctx)
+	after, err := readRedisStats(ctx, rc)
+	if err != nil {
+		return m, err
+	}
+	if err := ctx.Err(); err != nil {
+		return m, err
+	}
+	switch {
+	case err0 != nil:
+		m.mallocsErr = err0
+	case err1 != nil:
+		m.mallocsErr = err1
+	default:
+		m.mallocs, m.mallocsOK = mal1-mal0, true
+	}
+	m.cmds = after.cmds
+	m.srvUsec, m.srvCalls = serverUsec(after.cmds)
+	m.cpuSec = after.cpu - before.cpu
+	return m, nil
+}
+
+// exact sends cfg.ExactRequests requests for one value of exactKey, limited
+// to cfg.ExactLimit a minute, from cfg.ExactCallers callers, on a flushed
+// Redis. The burst starts early in a minute of the wall clock, so that a
+// window aligned on the clock's minutes (the reference's) does not roll
+// over in its middle; crossed says if it did anyway.
+func exact(ctx context.Context, cfg config, rc *redis.Client, s *server, round int) (exactResult, error) {
+	if err := rc.FlushAll(ctx).Err(); err != nil {
+		return exactResult{}, err
+	}
+	if now := time.Now(); now.Second() >= 50 {
+		wait := now.Truncate(time.Minute).Add(time.Minute + 100*time.Millisecond).Sub(now)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return exactResult{}, ctx.Err()
+		}
+	}
+	req := request(exactKey, fmt.Sprintf("round%d", round), 1)
+	start := time.Now()
+	l := drive(ctx, s.clients, []*pb.RateLimitRequest{req}, cfg.ExactCallers, time.Minute, int64(cfg.ExactRequests))
+	crossed := !start.Truncate(time.Minute).Equal(time.Now().Truncate(time.Minute))
+	return exactResult{load: l, crossed: crossed}, ctx.Err()
+}
+
+// profileCell drives s in cell c while taking a CPU profile of it.
+func profileCell(ctx context.Context, cfg config, rc *redis.Client, s *server, c cell, path string) error {
+	if s.pprofURL == "" {
+		return fmt.Errorf("no /debug/pprof/ endpoint")
+	}
+	if err := rc.FlushAll(ctx).Err(); err != nil {
+		return err
+	}
+	reqs := requests(c.values)
+	if cfg.Warmup > 0 {
+		drive(ctx, s.clients, reqs, c.callers, cfg.Warmup, cfg.MaxCalls)
+	}
+	d := max(time.Second, cfg.Duration.Round(time.Second))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// A little longer than the profile, so that the load covers it.
+		drive(ctx, s.clients, reqs, c.callers, d+time.Second, 1<<62)
+	}()
+	err := s.profile(ctx, d, path)
+	<-done
+	return err
+}
+
+func redisVersion(ctx context.Context, rc *redis.Client) string {
+	info, err := rc.Info(ctx, "server").Result()
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v
+		}
+	}
+	return "?"
+}
