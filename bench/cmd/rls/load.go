@@ -13,6 +13,7 @@ import (
 // load is the outcome of driving one server.
 type load struct {
 	calls, ok, over, errs int64
+	okHits                int64 // the hits_addend of the OK answers' requests
 	firstErr              error
 	elapsed               time.Duration
 	lat                   hist
@@ -69,6 +70,7 @@ func drive(ctx context.Context, clients []pb.RateLimitServiceClient, reqs []*pb.
 					}
 				case resp.GetOverallCode() == pb.RateLimitResponse_OK:
 					l.ok++
+					l.okHits += int64(max(reqs[j].GetHitsAddend(), 1))
 				case resp.GetOverallCode() == pb.RateLimitResponse_OVER_LIMIT:
 					l.over++
 				default:
@@ -84,6 +86,7 @@ func drive(ctx context.Context, clients []pb.RateLimitServiceClient, reqs []*pb.
 			mu.Lock()
 			total.calls += l.calls
 			total.ok += l.ok
+			total.okHits += l.okHits
 			total.over += l.over
 			total.errs += l.errs
 			if total.firstErr == nil {

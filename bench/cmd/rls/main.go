@@ -69,6 +69,7 @@ type config struct {
 	ExactLimit    int
 	ExactRequests int
 	ExactCallers  int
+	ExactMaxHits  int
 	ProfileDir    string
 
 	RefBin       string // a built reference server
@@ -91,6 +92,7 @@ func defaultConfig() config {
 		ExactLimit:    1000,
 		ExactRequests: 3000,
 		ExactCallers:  16,
+		ExactMaxHits:  10,
 		RedisServer:   "redis-server",
 	}
 }
@@ -141,6 +143,7 @@ func parseFlags(args []string, stderr io.Writer) (config, cliOptions, error) {
 	fs.IntVar(&cfg.ExactLimit, "exact-limit", cfg.ExactLimit, "exactness check: requests per minute of its descriptor")
 	fs.IntVar(&cfg.ExactRequests, "exact-requests", cfg.ExactRequests, "exactness check: requests sent for one value in each round (0: no check)")
 	fs.IntVar(&cfg.ExactCallers, "exact-callers", cfg.ExactCallers, "exactness check: concurrent callers")
+	fs.IntVar(&cfg.ExactMaxHits, "exact-max-hits", cfg.ExactMaxHits, "exactness check, second burst: hits_addend 1 to this in turn (1: no second burst)")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "after the rounds, take a CPU profile (/debug/pprof/profile) of each server that serves one, cell by cell, into this directory")
 	fs.StringVar(&opts.ref, "ref", "", "the reference server's binary (default: go build "+refModule+"/src/service_cmd at -ref-version)")
 	fs.StringVar(&opts.refVersion, "ref-version", refVersion, "the version of "+refModule+" to build when -ref is not given")
@@ -220,7 +223,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		}
 		if st.IsDir() {
 			cfg.progress("building redlimit-rls in %s", cfg.RedlimitBin)
-			if cfg.RedlimitBin, err = buildPackage(ctx, cfg.RedlimitBin, "", tmp, "redlimit-rls"); err != nil {
+			if cfg.RedlimitBin, err = buildRedlimit(ctx, cfg.RedlimitBin, tmp); err != nil {
 				return err
 			}
 		}

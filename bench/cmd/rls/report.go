@@ -173,26 +173,47 @@ func (rep *report) heading() []string {
 }
 
 func (rep *report) exactLines() []string {
-	if rep.cfg.ExactRequests <= 0 {
+	cfg := rep.cfg
+	if cfg.ExactRequests <= 0 {
 		return nil
 	}
 	out := []string{fmt.Sprintf("exactness: %d requests for one value limited to %d a minute, from %d callers, on a flushed Redis; OK answers per round:",
-		rep.cfg.ExactRequests, rep.cfg.ExactLimit, rep.cfg.ExactCallers)}
+		cfg.ExactRequests, cfg.ExactLimit, cfg.ExactCallers)}
+	costs := false
 	for _, s := range []*server{rep.ref, rep.other} {
 		var parts []string
 		for _, e := range rep.exact[s] {
-			p := strconv.FormatInt(e.load.ok, 10)
-			if e.load.errs > 0 {
-				p += fmt.Sprintf(" (%d errors: %v)", e.load.errs, e.load.firstErr)
+			parts = append(parts, exactPart(e.load, e.load.ok, e.crossed))
+			costs = costs || e.costs != nil
+		}
+		out = append(out, fmt.Sprintf("  %-14s %s", s.name, strings.Join(parts, ", ")))
+	}
+	if !costs {
+		return out
+	}
+	out = append(out, fmt.Sprintf("then %d requests of hits_addend 1, 2, … %d in turn; hits admitted per round (OK answers), at most the limit:",
+		cfg.ExactRequests, cfg.ExactMaxHits))
+	for _, s := range []*server{rep.ref, rep.other} {
+		var parts []string
+		for _, e := range rep.exact[s] {
+			if e.costs != nil {
+				parts = append(parts, exactPart(e.costs, e.costs.okHits, e.crossed)+fmt.Sprintf(" (%d)", e.costs.ok))
 			}
-			if e.crossed {
-				p += " (crossed a minute)"
-			}
-			parts = append(parts, p)
 		}
 		out = append(out, fmt.Sprintf("  %-14s %s", s.name, strings.Join(parts, ", ")))
 	}
 	return out
+}
+
+func exactPart(l *load, n int64, crossed bool) string {
+	p := strconv.FormatInt(n, 10)
+	if l.errs > 0 {
+		p += fmt.Sprintf(" [%d errors: %v]", l.errs, l.firstErr)
+	}
+	if crossed {
+		p += " [crossed a minute]"
+	}
+	return p
 }
 
 func (rep *report) tail() []string {

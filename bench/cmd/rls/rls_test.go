@@ -172,3 +172,40 @@ func TestSideBySide(t *testing.T) {
 		t.Errorf("short report:\n%s", text)
 	}
 }
+
+// TestRedlimitBuild builds a stand-in for redlimit-rls (same flags) the
+// way the program builds redlimit-rls, with the debug listener added, and
+// checks that its allocations and profile endpoint are found and that it
+// is driven.
+func TestRedlimitBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	tmp := t.TempDir()
+	bin, err := buildRedlimit(context.Background(), "testdata/fakerls", tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := defaultConfig()
+	cfg.RedlimitBin = bin
+	s, err := startRedlimit(context.Background(), cfg, tmp, tmp, "127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	if s.memKind != "expvar" || !strings.HasSuffix(s.memURL, "/debug/vars") || s.pprofURL == "" {
+		t.Errorf("allocations from %s %q, profile from %q; want the added debug listener's", s.memKind, s.memURL, s.pprofURL)
+	}
+	m0, err := s.mallocs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := drive(context.Background(), s.clients, requests(10), 4, time.Minute, 200)
+	m1, err := s.mallocs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.ok != 200 || m1 <= m0 {
+		t.Errorf("%d OK of 200; mallocs %d then %d", l.ok, m0, m1)
+	}
+}

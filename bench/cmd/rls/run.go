@@ -30,8 +30,9 @@ type measurement struct {
 
 // exactResult is one server's answers in one round of the exactness check.
 type exactResult struct {
-	load    *load
-	crossed bool // the burst crossed a minute of the wall clock
+	load    *load // requests of hits_addend 1
+	costs   *load // requests of hits_addend 1 to cfg.ExactMaxHits, when asked
+	crossed bool  // a burst crossed a minute of the wall clock
 }
 
 func cells(cfg config) []cell {
@@ -178,26 +179,44 @@ func measure(ctx context.Context, cfg config, rc *redis.Client, s *server, c cel
 
 // exact sends cfg.ExactRequests requests for one value of exactKey, limited
 // to cfg.ExactLimit a minute, from cfg.ExactCallers callers, on a flushed
-// Redis. The burst starts early in a minute of the wall clock, so that a
-// window aligned on the clock's minutes (the reference's) does not roll
-// over in its middle; crossed says if it did anyway.
+// Redis; then, if cfg.ExactMaxHits > 1, as many for another value with
+// hits_addend 1, 2, … cfg.ExactMaxHits in turn. Each burst starts early in
+// a minute of the wall clock, so that a window aligned on the clock's
+// minutes (the reference's) does not roll over in its middle; crossed says
+// if one did anyway.
 func exact(ctx context.Context, cfg config, rc *redis.Client, s *server, round int) (exactResult, error) {
-	if err := rc.FlushAll(ctx).Err(); err != nil {
-		return exactResult{}, err
-	}
-	if now := time.Now(); now.Second() >= 50 {
-		wait := now.Truncate(time.Minute).Add(time.Minute + 100*time.Millisecond).Sub(now)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return exactResult{}, ctx.Err()
+	var res exactResult
+	burst := func(value string, maxHits int) (*load, error) {
+		if err := rc.FlushAll(ctx).Err(); err != nil {
+			return nil, err
 		}
+		if now := time.Now(); now.Second() >= 50 {
+			wait := now.Truncate(time.Minute).Add(time.Minute + 100*time.Millisecond).Sub(now)
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		var reqs []*pb.RateLimitRequest
+		for h := 1; h <= maxHits; h++ {
+			reqs = append(reqs, request(exactKey, value, uint32(h)))
+		}
+		start := time.Now()
+		l := drive(ctx, s.clients, reqs, cfg.ExactCallers, time.Minute, int64(cfg.ExactRequests))
+		if !start.Truncate(time.Minute).Equal(time.Now().Truncate(time.Minute)) {
+			res.crossed = true
+		}
+		return l, ctx.Err()
 	}
-	req := request(exactKey, fmt.Sprintf("round%d", round), 1)
-	start := time.Now()
-	l := drive(ctx, s.clients, []*pb.RateLimitRequest{req}, cfg.ExactCallers, time.Minute, int64(cfg.ExactRequests))
-	crossed := !start.Truncate(time.Minute).Equal(time.Now().Truncate(time.Minute))
-	return exactResult{load: l, crossed: crossed}, ctx.Err()
+	var err error
+	if res.load, err = burst(fmt.Sprintf("round%d", round), 1); err != nil {
+		return res, err
+	}
+	if cfg.ExactMaxHits > 1 {
+		res.costs, err = burst(fmt.Sprintf("costs%d", round), cfg.ExactMaxHits)
+	}
+	return res, err
 }
 
 // profileCell drives s in cell c while taking a CPU profile of it.

@@ -38,14 +38,60 @@ func buildReference(ctx context.Context, version, dir string) (string, error) {
 	if mod.Error != "" || mod.Dir == "" {
 		return "", fmt.Errorf("go mod download %s@%s: %s", refModule, version, mod.Error)
 	}
-	return buildPackage(ctx, mod.Dir, "./src/service_cmd", dir, "ratelimit")
+	return goBuild(ctx, mod.Dir, "./src/service_cmd", dir, "ratelimit")
 }
 
-// buildPackage runs `go build -o dir/name pkg` in srcDir (pkg "" builds
+// debugFile is added to redlimit-rls's main package when this program
+// builds it (go build -overlay, its source untouched): a debug listener
+// like the reference server's DEBUG_PORT, with expvar's /debug/vars
+// (runtime.MemStats, for the allocations) and /debug/pprof, on the address
+// in $REDLIMIT_BENCH_DEBUG_ADDR. Both servers' allocations are then read
+// the same way, and both can be profiled.
+const debugFile = `package main
+
+import (
+	_ "expvar"
+	"net/http"
+	_ "net/http/pprof"
+	"os"
+)
+
+func init() {
+	if addr := os.Getenv("REDLIMIT_BENCH_DEBUG_ADDR"); addr != "" {
+		go func() { _ = http.ListenAndServe(addr, http.DefaultServeMux) }()
+	}
+}
+`
+
+// buildRedlimit builds redlimit-rls's main package in srcDir into dir,
+// with debugFile added.
+func buildRedlimit(ctx context.Context, srcDir, dir string) (string, error) {
+	abs, err := filepath.Abs(srcDir)
+	if err != nil {
+		return "", err
+	}
+	extra := filepath.Join(dir, "rlsbench_debug.go")
+	if err := os.WriteFile(extra, []byte(debugFile), 0o644); err != nil {
+		return "", err
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{
+		"Replace": {filepath.Join(abs, "zz_rlsbench_debug.go"): extra},
+	})
+	if err != nil {
+		return "", err
+	}
+	overlayPath := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(overlayPath, overlay, 0o644); err != nil {
+		return "", err
+	}
+	return goBuild(ctx, abs, "", dir, "redlimit-rls", "-overlay", overlayPath)
+}
+
+// goBuild runs `go build -o dir/name flags pkg` in srcDir (pkg "" builds
 // srcDir's own package) and returns the binary's path.
-func buildPackage(ctx context.Context, srcDir, pkg, dir, name string) (string, error) {
+func goBuild(ctx context.Context, srcDir, pkg, dir, name string, flags ...string) (string, error) {
 	bin := filepath.Join(dir, name)
-	args := []string{"build", "-o", bin}
+	args := append([]string{"build", "-o", bin}, flags...)
 	if pkg != "" {
 		args = append(args, pkg)
 	}
@@ -155,12 +201,11 @@ func startReference(ctx context.Context, cfg config, name, tmp, cfgDir, redisAdd
 
 // startRedlimit starts redlimit-rls with its flags.
 func startRedlimit(ctx context.Context, cfg config, tmp, cfgDir, redisAddr string) (*server, error) {
-	ports, err := freePorts(2)
+	ports, err := freePorts(3)
 	if err != nil {
 		return nil, err
 	}
 	s := &server{name: "redlimit-rls", grpcAddr: loopback(ports[0])}
-	httpBase := "http://" + loopback(ports[1])
 	args := append([]string{
 		"-config", cfgDir,
 		"-redis", "redis://" + redisAddr,
@@ -168,19 +213,26 @@ func startRedlimit(ctx context.Context, cfg config, tmp, cfgDir, redisAddr strin
 		"-http", loopback(ports[1]),
 	}, cfg.RedlimitArgs...)
 	cmd := exec.Command(cfg.RedlimitBin, args...)
+	cmd.Env = append(os.Environ(), "REDLIMIT_BENCH_DEBUG_ADDR="+loopback(ports[2]))
 	if err := s.start(ctx, cmd, tmp, cfg.Conns); err != nil {
 		return nil, err
 	}
-	// Where its allocations and profile can be read, if anywhere.
-	for _, c := range []struct{ path, kind string }{{"/debug/vars", "expvar"}, {"/metrics", "prometheus"}} {
-		s.memURL, s.memKind = httpBase+c.path, c.kind
-		if _, err := s.mallocs(ctx); err == nil {
+	// Where its allocations and profile can be read: the debug listener
+	// this program builds in, else its own /debug/vars or /metrics.
+	for _, base := range []string{"http://" + loopback(ports[2]), "http://" + loopback(ports[1])} {
+		if s.memKind != "" {
 			break
 		}
-		s.memURL, s.memKind = "", ""
-	}
-	if ok, _ := httpOK(ctx, httpBase+"/debug/pprof/"); ok {
-		s.pprofURL = httpBase + "/debug/pprof/profile"
+		for _, c := range []struct{ path, kind string }{{"/debug/vars", "expvar"}, {"/metrics", "prometheus"}} {
+			s.memURL, s.memKind = base+c.path, c.kind
+			if _, err := s.mallocs(ctx); err == nil {
+				break
+			}
+			s.memURL, s.memKind = "", ""
+		}
+		if ok, _ := httpOK(ctx, base+"/debug/pprof/"); ok && s.pprofURL == "" {
+			s.pprofURL = base + "/debug/pprof/profile"
+		}
 	}
 	return s, nil
 }
