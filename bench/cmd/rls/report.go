@@ -48,6 +48,7 @@ type summary struct {
 	allocs           float64 // per call, NaN when not measured
 	srvUsec, srvCmds float64 // Redis commandstats per call
 	cpuUsec          float64 // redis-server CPU µs per call
+	procUsec         float64 // the server process's CPU µs per call, NaN when not measured
 	p50, p99         time.Duration
 	errs, denied     int64 // in the measurements and warm-ups
 	firstErr         error
@@ -60,7 +61,7 @@ func (rep *report) summarize(s *server, c cell) (sum summary, ok bool) {
 		return sum, false
 	}
 	refs := rep.results[rep.ref][c]
-	var rates, ratios, allocs, srv, cmds, cpu, p50, p99 []float64
+	var rates, ratios, allocs, srv, cmds, cpu, proc, p50, p99 []float64
 	for i, m := range ms {
 		calls := float64(max(m.load.calls, 1))
 		rates = append(rates, m.load.rate())
@@ -69,6 +70,9 @@ func (rep *report) summarize(s *server, c cell) (sum summary, ok bool) {
 		}
 		if m.mallocsOK {
 			allocs = append(allocs, float64(m.mallocs)/calls)
+		}
+		if m.procCPUOK {
+			proc = append(proc, float64(m.procCPU.Microseconds())/calls)
 		}
 		srv = append(srv, m.srvUsec/calls)
 		cmds = append(cmds, float64(m.srvCalls)/calls)
@@ -90,7 +94,7 @@ func (rep *report) summarize(s *server, c cell) (sum summary, ok bool) {
 		}
 	}
 	sum.rate, sum.ratio, sum.allocs = median(rates), median(ratios), median(allocs)
-	sum.srvUsec, sum.srvCmds, sum.cpuUsec = median(srv), median(cmds), median(cpu)
+	sum.srvUsec, sum.srvCmds, sum.cpuUsec, sum.procUsec = median(srv), median(cmds), median(cpu), median(proc)
 	sum.p50, sum.p99 = time.Duration(median(p50)), time.Duration(median(p99))
 	sum.breakdown = breakdown(ms[0].cmds, ms[0].load.calls)
 	return sum, true
@@ -124,7 +128,7 @@ func (rep *report) errors() int64 {
 	return n
 }
 
-var columns = []string{"values", "callers", "server", "calls/s", "× reference", "allocs/call",
+var columns = []string{"values", "callers", "server", "calls/s", "× reference", "CPU µs/call", "allocs/call",
 	"Redis µs/call", "Redis cmds/call", "Redis CPU µs/call", "p50", "p99", "errors"}
 
 func (rep *report) lines() [][]string {
@@ -137,7 +141,7 @@ func (rep *report) lines() [][]string {
 			}
 			out = append(out, []string{
 				strconv.Itoa(c.values), strconv.Itoa(c.callers), s.name,
-				groupDigits(sum.rate), fmtFloat(sum.ratio, 2), fmtFloat(sum.allocs, 1),
+				groupDigits(sum.rate), fmtFloat(sum.ratio, 2), fmtFloat(sum.procUsec, 1), fmtFloat(sum.allocs, 1),
 				fmtFloat(sum.srvUsec, 2), fmtFloat(sum.srvCmds, 2), fmtFloat(sum.cpuUsec, 2),
 				fmtDuration(sum.p50), fmtDuration(sum.p99), strconv.FormatInt(sum.errs+sum.denied, 10),
 			})
@@ -156,7 +160,11 @@ func (rep *report) heading() []string {
 		if s.memKind == "" {
 			return s.name + ": not measured"
 		}
-		return s.name + ": " + s.memURL[strings.LastIndex(s.memURL, "/"):]
+		u := strings.TrimPrefix(s.memURL, "http://")
+		if i := strings.IndexByte(u, '/'); i >= 0 {
+			u = u[i:]
+		}
+		return s.name + ": " + u
 	}
 	return []string{
 		fmt.Sprintf("redis-server %s on loopback, the same machine; client: %s, GOMAXPROCS=%d, %d CPUs",
@@ -165,8 +173,8 @@ func (rep *report) heading() []string {
 			cfg.Duration, cfg.MaxCalls, cfg.Warmup, rounds, rep.took.Round(time.Second)),
 		fmt.Sprintf("ShouldRateLimit, domain %q, one descriptor {%s: uN}, limit %d a minute (never denies); %d gRPC connections per server",
 			benchDomain, userKey, never, cfg.Conns),
-		"× reference: calls/s over the reference's in the same cell and round; allocs/call: the server process's",
-		"runtime Mallocs per call (" + alloc(rep.ref) + ", " + alloc(rep.other) + ");",
+		"× reference: calls/s over the reference's in the same cell and round; CPU µs/call: the server process's user+system",
+		"time (/proc, 10 ms ticks) per call; allocs/call: its runtime Mallocs per call (" + alloc(rep.ref) + ", " + alloc(rep.other) + ");",
 		"Redis µs/call, cmds/call: INFO commandstats after CONFIG RESETSTAT (scripts' time only when scripts ran, since",
 		"the commands inside are counted twice); Redis CPU µs/call: redis-server's used_cpu_user+sys (I/O included)",
 	}

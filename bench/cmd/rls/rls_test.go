@@ -209,3 +209,14 @@ func TestRedlimitBuild(t *testing.T) {
 		t.Errorf("%d OK of 200; mallocs %d then %d", l.ok, m0, m1)
 	}
 }
+
+func TestParseProcStat(t *testing.T) {
+	stat := "4242 (redlimit rls) S 1 4242 4242 0 -1 4194560 1200 0 0 0 250 37 0 0 20 0 9 0 1000 0 0\n"
+	got, err := parseProcStat(stat)
+	if err != nil || got != 2870*time.Millisecond {
+		t.Errorf("%v, %v; want 2.87s", got, err)
+	}
+	if cpu, err := processCPU(os.Getpid()); err != nil && cpu < 0 {
+		t.Errorf("own process: %v, %v", cpu, err)
+	}
+}

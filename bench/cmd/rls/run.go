@@ -24,7 +24,9 @@ type measurement struct {
 	cmds       map[string]cmdStat
 	srvUsec    float64 // INFO commandstats, see serverUsec
 	srvCalls   int64
-	cpuSec     float64 // redis-server's CPU, user and system
+	cpuSec     float64       // redis-server's CPU, user and system
+	procCPU    time.Duration // the server process's CPU, user and system
+	procCPUOK  bool
 	mallocsErr error
 }
 
@@ -154,8 +156,13 @@ func measure(ctx context.Context, cfg config, rc *redis.Client, s *server, c cel
 		return m, err
 	}
 	mal0, err0 := s.mallocs(ctx)
+	cpu0, errCPU0 := processCPU(s.cmd.Process.Pid)
 	m.load = drive(ctx, s.clients, reqs, c.callers, cfg.Duration, cfg.MaxCalls)
+	cpu1, errCPU1 := processCPU(s.cmd.Process.Pid)
 	mal1, err1 := s.mallocs(ctx)
+	if errCPU0 == nil && errCPU1 == nil {
+		m.procCPU, m.procCPUOK = cpu1-cpu0, true
+	}
 	after, err := readRedisStats(ctx, rc)
 	if err != nil {
 		return m, err
