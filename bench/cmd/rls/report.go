@@ -45,6 +45,7 @@ func (rep *report) add(s *server, c cell, m measurement) {
 // summary is one server in one cell, medians over the rounds.
 type summary struct {
 	rate, ratio      float64
+	ratioLo, ratioHi float64 // the lowest and highest ratio of the rounds
 	allocs           float64 // per call, NaN when not measured
 	srvUsec, srvCmds float64 // Redis commandstats per call
 	cpuUsec          float64 // redis-server CPU µs per call
@@ -94,6 +95,10 @@ func (rep *report) summarize(s *server, c cell) (sum summary, ok bool) {
 		}
 	}
 	sum.rate, sum.ratio, sum.allocs = median(rates), median(ratios), median(allocs)
+	sum.ratioLo, sum.ratioHi = math.NaN(), math.NaN()
+	if len(ratios) > 0 {
+		sum.ratioLo, sum.ratioHi = slices.Min(ratios), slices.Max(ratios)
+	}
 	sum.srvUsec, sum.srvCmds, sum.cpuUsec, sum.procUsec = median(srv), median(cmds), median(cpu), median(proc)
 	sum.p50, sum.p99 = time.Duration(median(p50)), time.Duration(median(p99))
 	sum.breakdown = breakdown(ms[0].cmds, ms[0].load.calls)
@@ -128,7 +133,7 @@ func (rep *report) errors() int64 {
 	return n
 }
 
-var columns = []string{"values", "callers", "server", "calls/s", "× reference", "CPU µs/call", "allocs/call",
+var columns = []string{"values", "callers", "server", "calls/s", "× reference", "rounds' ×", "CPU µs/call", "allocs/call",
 	"Redis µs/call", "Redis cmds/call", "Redis CPU µs/call", "p50", "p99", "errors"}
 
 func (rep *report) lines() [][]string {
@@ -141,7 +146,7 @@ func (rep *report) lines() [][]string {
 			}
 			out = append(out, []string{
 				strconv.Itoa(c.values), strconv.Itoa(c.callers), s.name,
-				groupDigits(sum.rate), fmtFloat(sum.ratio, 2), fmtFloat(sum.procUsec, 1), fmtFloat(sum.allocs, 1),
+				groupDigits(sum.rate), fmtFloat(sum.ratio, 2), fmtRange(sum.ratioLo, sum.ratioHi), fmtFloat(sum.procUsec, 1), fmtFloat(sum.allocs, 1),
 				fmtFloat(sum.srvUsec, 2), fmtFloat(sum.srvCmds, 2), fmtFloat(sum.cpuUsec, 2),
 				fmtDuration(sum.p50), fmtDuration(sum.p99), strconv.FormatInt(sum.errs+sum.denied, 10),
 			})
@@ -173,7 +178,8 @@ func (rep *report) heading() []string {
 			cfg.Duration, cfg.MaxCalls, cfg.Warmup, rounds, rep.took.Round(time.Second)),
 		fmt.Sprintf("ShouldRateLimit, domain %q, one descriptor {%s: uN}, limit %d a minute (never denies); %d gRPC connections per server",
 			benchDomain, userKey, never, cfg.Conns),
-		"× reference: calls/s over the reference's in the same cell and round; CPU µs/call: the server process's user+system",
+		"× reference: calls/s over the reference's in the same cell and round (median; rounds' ×: lowest–highest);",
+		"CPU µs/call: the server process's user+system",
 		"time (/proc, 10 ms ticks) per call; allocs/call: its runtime Mallocs per call (" + alloc(rep.ref) + ", " + alloc(rep.other) + ");",
 		"Redis µs/call, cmds/call: INFO commandstats after CONFIG RESETSTAT (scripts' time only when scripts ran, since",
 		"the commands inside are counted twice); Redis CPU µs/call: redis-server's used_cpu_user+sys (I/O included)",
@@ -319,6 +325,14 @@ func fmtFloat(x float64, prec int) string {
 		return "-"
 	}
 	return strconv.FormatFloat(x, 'f', prec, 64)
+}
+
+// fmtRange prints "lo–hi" with two decimals, "-" for NaN.
+func fmtRange(lo, hi float64) string {
+	if math.IsNaN(lo) || math.IsNaN(hi) {
+		return "-"
+	}
+	return fmtFloat(lo, 2) + "–" + fmtFloat(hi, 2)
 }
 
 // groupDigits prints x rounded to an integer, in groups of three digits.
