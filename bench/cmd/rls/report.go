@@ -179,8 +179,8 @@ func (rep *report) heading() []string {
 		fmt.Sprintf("ShouldRateLimit, domain %q, one descriptor {%s: uN}, limit %d a minute (never denies); %d gRPC connections per server",
 			benchDomain, userKey, never, cfg.Conns),
 		"× reference: calls/s over the reference's in the same cell and round (median; rounds' ×: lowest–highest);",
-		"CPU µs/call: the server process's user+system",
-		"time (/proc, 10 ms ticks) per call; allocs/call: its runtime Mallocs per call (" + alloc(rep.ref) + ", " + alloc(rep.other) + ");",
+		"CPU µs/call: the server process's user+system time (/proc, 10 ms ticks) per call;",
+		"allocs/call: its runtime Mallocs per call (" + alloc(rep.ref) + ", " + alloc(rep.other) + ");",
 		"Redis µs/call, cmds/call: INFO commandstats after CONFIG RESETSTAT (scripts' time only when scripts ran, since",
 		"the commands inside are counted twice); Redis CPU µs/call: redis-server's used_cpu_user+sys (I/O included)",
 	}
