@@ -23,7 +23,9 @@
 // that the shared machine's noise hits both alike. Then the exactness
 // check: -exact-callers goroutines send -exact-requests requests for one
 // descriptor value limited to -exact-limit a minute, and the OK answers of
-// each server are counted.
+// each server are counted; then as many with hits_addend 1 to
+// -exact-max-hits; with -exact-edge, then for one second across the start
+// of a minute of the wall clock.
 package main
 
 import (
@@ -70,6 +72,7 @@ type config struct {
 	ExactRequests int
 	ExactCallers  int
 	ExactMaxHits  int
+	ExactEdge     bool
 	ProfileDir    string
 
 	RefBin       string // a built reference server
@@ -143,6 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (config, cliOptions, error) {
 	fs.IntVar(&cfg.ExactLimit, "exact-limit", cfg.ExactLimit, "exactness check: requests per minute of its descriptor")
 	fs.IntVar(&cfg.ExactRequests, "exact-requests", cfg.ExactRequests, "exactness check: requests sent for one value in each round (0: no check)")
 	fs.IntVar(&cfg.ExactCallers, "exact-callers", cfg.ExactCallers, "exactness check: concurrent callers")
+	fs.BoolVar(&cfg.ExactEdge, "exact-edge", false, "exactness check, third burst: callers send for 1 s from half a second before a minute of the wall clock begins (waits for it: up to a minute per server and round)")
 	fs.IntVar(&cfg.ExactMaxHits, "exact-max-hits", cfg.ExactMaxHits, "exactness check, second burst: hits_addend 1 to this in turn (1: no second burst)")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "after the rounds, take a CPU profile (/debug/pprof/profile) of each server that serves one, cell by cell, into this directory")
 	fs.StringVar(&opts.ref, "ref", "", "the reference server's binary (default: go build "+refModule+"/src/service_cmd at -ref-version)")

@@ -202,9 +202,32 @@ func (rep *report) exactLines() []string {
 		}
 		out = append(out, fmt.Sprintf("  %-14s %s", s.name, strings.Join(parts, ", ")))
 	}
-	if !costs {
-		return out
+	if costs {
+		out = append(out, rep.costLines()...)
 	}
+	edge := false
+	for _, e := range rep.exact[rep.ref] {
+		edge = edge || e.edge != nil
+	}
+	if edge {
+		out = append(out, fmt.Sprintf("then 1 s of requests from %d callers, from half a second before a minute of the wall clock begins; OK answers per round (of all):",
+			cfg.ExactCallers))
+		for _, s := range []*server{rep.ref, rep.other} {
+			var parts []string
+			for _, e := range rep.exact[s] {
+				if e.edge != nil {
+					parts = append(parts, exactPart(e.edge, e.edge.ok, false)+fmt.Sprintf(" (%d)", e.edge.calls))
+				}
+			}
+			out = append(out, fmt.Sprintf("  %-14s %s", s.name, strings.Join(parts, ", ")))
+		}
+	}
+	return out
+}
+
+func (rep *report) costLines() []string {
+	cfg := rep.cfg
+	var out []string
 	out = append(out, fmt.Sprintf("then %d requests of hits_addend 1, 2, … %d in turn; hits admitted per round (OK answers), at most the limit:",
 		cfg.ExactRequests, cfg.ExactMaxHits))
 	for _, s := range []*server{rep.ref, rep.other} {

@@ -34,6 +34,7 @@ type measurement struct {
 type exactResult struct {
 	load    *load // requests of hits_addend 1
 	costs   *load // requests of hits_addend 1 to cfg.ExactMaxHits, when asked
+	edge    *load // 1 s of requests across the start of a minute, when asked
 	crossed bool  // a burst crossed a minute of the wall clock
 }
 
@@ -221,9 +222,36 @@ func exact(ctx context.Context, cfg config, rc *redis.Client, s *server, round i
 		return res, err
 	}
 	if cfg.ExactMaxHits > 1 {
-		res.costs, err = burst(fmt.Sprintf("costs%d", round), cfg.ExactMaxHits)
+		if res.costs, err = burst(fmt.Sprintf("costs%d", round), cfg.ExactMaxHits); err != nil {
+			return res, err
+		}
+	}
+	if cfg.ExactEdge {
+		res.edge, err = edgeBurst(ctx, cfg, rc, s, fmt.Sprintf("edge%d", round))
 	}
 	return res, err
+}
+
+// edgeBurst sends requests of one hit for one value of exactKey from
+// cfg.ExactCallers callers for one second, from half a second before a
+// minute of the wall clock begins, on a flushed Redis: a window aligned on
+// the clock's minutes admits up to twice the limit in that second.
+func edgeBurst(ctx context.Context, cfg config, rc *redis.Client, s *server, value string) (*load, error) {
+	if err := rc.FlushAll(ctx).Err(); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	begin := now.Truncate(time.Minute).Add(time.Minute - 500*time.Millisecond)
+	if begin.Before(now.Add(100 * time.Millisecond)) {
+		begin = begin.Add(time.Minute)
+	}
+	select {
+	case <-time.After(time.Until(begin)):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	reqs := []*pb.RateLimitRequest{request(exactKey, value, 1)}
+	return drive(ctx, s.clients, reqs, cfg.ExactCallers, time.Second, 1<<62), ctx.Err()
 }
 
 // profileCell drives s in cell c while taking a CPU profile of it.
