@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -218,5 +219,62 @@ func TestParseProcStat(t *testing.T) {
 	}
 	if cpu, err := processCPU(os.Getpid()); err != nil && cpu < 0 {
 		t.Errorf("own process: %v, %v", cpu, err)
+	}
+}
+
+// TestRunStandIns runs the whole matrix, the exactness check and the
+// report on a real redis-server with the stand-in on both sides, so that
+// the program keeps working without the network.
+func TestRunStandIns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program and starts redis-server")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not on PATH")
+	}
+	tmp := t.TempDir()
+	bin, err := buildRedlimit(context.Background(), "testdata/fakerls", tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := defaultConfig()
+	cfg.RefBin, cfg.RedlimitBin = bin, bin
+	cfg.Rounds, cfg.Duration, cfg.Warmup = 2, 100*time.Millisecond, 20*time.Millisecond
+	cfg.Callers, cfg.Values = []int{1, 4}, []int{1, 10}
+	cfg.ExactRequests, cfg.ExactLimit, cfg.ExactMaxHits = 40, 10, 3
+	rep, err := run(context.Background(), cfg, tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rep.errors(); n != 0 {
+		t.Errorf("%d errors", n)
+	}
+	for _, s := range []*server{rep.ref, rep.other} {
+		if s.memKind == "" {
+			t.Errorf("%s: no allocation counter", s.name)
+		}
+		for _, c := range rep.cells {
+			sum, ok := rep.summarize(s, c)
+			if !ok || !(sum.rate > 0) || !(sum.ratio > 0) || !(sum.allocs > 0) || sum.firstErr != nil {
+				t.Errorf("%s %+v: %+v", s.name, c, sum)
+			}
+		}
+		if len(rep.exact[s]) != 2 {
+			t.Fatalf("%s: %d exactness rounds, want 2", s.name, len(rep.exact[s]))
+		}
+		for _, e := range rep.exact[s] {
+			// The stand-in admits everything.
+			if e.load.ok != 40 || e.costs == nil || e.costs.ok != 40 || e.costs.okHits < 40 {
+				t.Errorf("%s: exactness %+v, costs %+v", s.name, e.load, e.costs)
+			}
+		}
+	}
+	var text, md bytes.Buffer
+	rep.writeText(&text)
+	rep.writeMarkdown(&md)
+	for _, want := range []string{"reference", "redlimit-rls", "exactness", "hits_addend"} {
+		if !strings.Contains(text.String(), want) || !strings.Contains(md.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, text.String())
+		}
 	}
 }
