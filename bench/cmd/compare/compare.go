@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlimit/redlimit/bench/internal/harness"
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
@@ -104,7 +105,7 @@ type measurement struct {
 	ops      int64         // decisions started while measuring
 	elapsed  time.Duration // from the start of measuring until every goroutine stopped
 	mallocs  uint64        // heap allocations meanwhile, the whole process
-	lat      *hist         // latency of each decision
+	lat      *harness.Hist // latency of each decision
 	srvUsec  float64       // server time in EVALSHA and EVAL
 	srvCalls float64       // EVALSHA and EVAL calls
 	errors   int64         // failed decisions and wrong answers, warm-up included
@@ -144,9 +145,12 @@ func run(ctx context.Context, cfg config, addr string) (*report, error) {
 	begin := time.Now()
 	admin := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
 	defer admin.Close()
-	version, err := redisVersion(ctx, admin)
+	version, err := harness.RedisVersion(ctx, admin)
 	if err != nil {
 		return nil, err
+	}
+	if version == "" {
+		version = "unknown"
 	}
 	rep := newReport(cfg, addr, version)
 	total, done := 0, 0
@@ -173,7 +177,7 @@ func run(ctx context.Context, cfg config, addr string) (*report, error) {
 				done++
 				if cfg.Progress != nil {
 					fmt.Fprintf(cfg.Progress, "[%d/%d] round %d, %3d goroutines, %5d keys: %-13s %12s/s  %d errors\n",
-						done, total, round+1, c.goroutines, c.keys, r.name, groupDigits(m.rate()), m.errors)
+						done, total, round+1, c.goroutines, c.keys, r.name, harness.GroupDigits(m.rate()), m.errors)
 				}
 			}
 			rep.add(c, got)
@@ -256,7 +260,7 @@ type op func(ctx context.Context, key int) (allowed bool, err error)
 // worker is one goroutine's tally, allocated apart so that goroutines do
 // not share cache lines.
 type worker struct {
-	lat      hist
+	lat      harness.Hist
 	ops      int64
 	errors   int64
 	warmErrs int64
@@ -296,7 +300,7 @@ func (w *worker) run(ctx context.Context, o op, want bool, phase *atomic.Int32, 
 		}
 		if p == measuring {
 			w.ops++
-			w.lat.add(d)
+			w.lat.Add(d)
 		}
 		if key++; key == keys {
 			key = 0
@@ -331,7 +335,7 @@ func measure(ctx context.Context, admin *redis.Client, o op, want bool, c cell, 
 	wg.Wait()
 	elapsed := time.Since(start)
 	runtime.ReadMemStats(&after)
-	m := &measurement{elapsed: elapsed, mallocs: after.Mallocs - before.Mallocs, lat: new(hist)}
+	m := &measurement{elapsed: elapsed, mallocs: after.Mallocs - before.Mallocs, lat: new(harness.Hist)}
 
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -349,7 +353,7 @@ func measure(ctx context.Context, admin *redis.Client, o op, want bool, c cell, 
 	}
 	for _, w := range workers {
 		m.ops += w.ops
-		m.lat.merge(&w.lat)
+		m.lat.Merge(&w.lat)
 		m.errors += w.errors
 		m.warmErrs += w.warmErrs
 		if m.firstErr == nil {
@@ -367,20 +371,6 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
-}
-
-// redisVersion reads redis_version from INFO server.
-func redisVersion(ctx context.Context, rdb *redis.Client) (string, error) {
-	info, err := rdb.Info(ctx, "server").Result()
-	if err != nil {
-		return "", fmt.Errorf("INFO server: %w", err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v, nil
-		}
-	}
-	return "unknown", nil
 }
 
 // keyset holds the keys of a cell, built once: names for the limiters,

@@ -3,15 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"math"
-	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/internal/redistest"
 )
@@ -86,57 +80,5 @@ func TestOnlyAndFlags(t *testing.T) {
 		if _, _, err := parseFlags(bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q): no error", bad)
 		}
-	}
-}
-
-// TestHist checks that quantiles are within a bucket's width.
-func TestHist(t *testing.T) {
-	var h hist
-	for i := 1; i <= 10000; i++ {
-		h.add(time.Duration(i) * time.Microsecond)
-	}
-	for _, c := range []struct {
-		q    float64
-		want time.Duration
-	}{{0.5, 5000 * time.Microsecond}, {0.99, 9900 * time.Microsecond}, {1, 10000 * time.Microsecond}} {
-		got := h.quantile(c.q)
-		if math.Abs(float64(got-c.want)) > float64(c.want)/subBuckets {
-			t.Errorf("quantile(%v) = %v, want %v within 1/%d", c.q, got, c.want, subBuckets)
-		}
-	}
-	for ns := uint64(0); ns < 1<<20; ns += 7 {
-		if i := bucketOf(ns); i < 0 || i >= len(h.counts) || i > 0 && bucketOf(ns-1) > i {
-			t.Fatalf("bucketOf(%d) = %d: out of range or not monotonic", ns, i)
-		}
-	}
-	var empty hist
-	if empty.quantile(0.5) != 0 {
-		t.Error("an empty histogram has a quantile")
-	}
-}
-
-// TestStartRedis checks the program's own server: on loopback, answering,
-// and gone after stop.
-func TestStartRedis(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv(redistest.RequireEnv) != "1" {
-		t.Skipf("%s: %v", redistest.Missing, err)
-	}
-	addr, stop, err := startRedis("redis-server")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if host, _, _ := net.SplitHostPort(addr); host != "127.0.0.1" {
-		t.Errorf("address %s is not on loopback", addr)
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer c.Close()
-	if err := c.Ping(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	stop()
-	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-		conn.Close()
-		t.Error("the server still accepts connections after stop")
 	}
 }

@@ -22,36 +22,21 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redlimit/redlimit/bench/internal/harness"
 )
 
-func main() {
-	err := mainErr(os.Args[1:], os.Stdout, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "compare:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("compare", mainErr) }
 
 // mainErr parses the flags, starts redis-server, runs the comparison and
 // prints the table. It returns instead of exiting, so that the server is
@@ -64,7 +49,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	addr, stopRedis, err := startRedis(opts.redisServer)
+	addr, stopRedis, err := harness.StartRedis(opts.redisServer, "")
 	if err != nil {
 		return err
 	}
@@ -131,17 +116,14 @@ func parseFlags(args []string, stderr io.Writer) (config, cliOptions, error) {
 	fs.BoolVar(&opts.markdown, "markdown", false, "print Markdown tables instead of fixed-width text")
 	fs.BoolVar(&opts.quiet, "q", false, "do not report progress on stderr")
 	fs.StringVar(&opts.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
-	if err := fs.Parse(args); err != nil {
+	if err := harness.Parse(fs, args); err != nil {
 		return cfg, opts, err
 	}
-	if fs.NArg() > 0 {
-		return cfg, opts, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
 	var err error
-	if cfg.Goroutines, err = parseInts(*goroutines); err != nil {
+	if cfg.Goroutines, err = harness.ParseInts(*goroutines); err != nil {
 		return cfg, opts, fmt.Errorf("-goroutines: %w", err)
 	}
-	if cfg.Keys, err = parseInts(*keys); err != nil {
+	if cfg.Keys, err = harness.ParseInts(*keys); err != nil {
 		return cfg, opts, fmt.Errorf("-keys: %w", err)
 	}
 	if *only != "" {
@@ -150,104 +132,12 @@ func parseFlags(args []string, stderr io.Writer) (config, cliOptions, error) {
 	return cfg, opts, cfg.validate()
 }
 
-// parseInts reads "1,16,128": positive integers.
-func parseInts(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
 func joinInts(ns []int) string {
 	s := make([]string, len(ns))
 	for i, n := range ns {
 		s[i] = strconv.Itoa(n)
 	}
 	return strings.Join(s, ",")
-}
-
-// startRedis starts redis-server on a free loopback port, without
-// persistence, and returns its address once it answers PING, and a function
-// that kills it and removes its directory.
-func startRedis(path string) (addr string, stop func(), err error) {
-	bin, err := exec.LookPath(path)
-	if err != nil {
-		return "", nil, fmt.Errorf("redis-server is needed (install it, or pass -redis-server): %w", err)
-	}
-	dir, err := os.MkdirTemp("", "redlimit-compare-")
-	if err != nil {
-		return "", nil, err
-	}
-	// Another process may take the port between choosing and binding it:
-	// try a few.
-	for attempt := 0; attempt < 5; attempt++ {
-		var port int
-		if port, err = freePort(); err != nil {
-			continue
-		}
-		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		var kill func()
-		if kill, err = launchRedis(bin, dir, addr, port); err == nil {
-			var once sync.Once
-			return addr, func() { once.Do(func() { kill(); os.RemoveAll(dir) }) }, nil
-		}
-	}
-	os.RemoveAll(dir)
-	return "", nil, fmt.Errorf("could not start redis-server: %w", err)
-}
-
-// launchRedis runs one redis-server and waits until it answers.
-func launchRedis(bin, dir, addr string, port int) (kill func(), err error) {
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning")
-	var out bytes.Buffer // written by the process until it exits; read after
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	kill = func() { _ = cmd.Process.Kill(); <-exited }
-
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return kill, nil
-		}
-		select {
-		case <-exited:
-			return nil, fmt.Errorf("redis-server on %s exited: %s", addr, bytes.TrimSpace(out.Bytes()))
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			kill()
-			return nil, fmt.Errorf("redis-server on %s did not answer PING: %w", addr, err)
-		}
-	}
-}
-
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
-	if port == 0 {
-		return 0, errors.New("no free loopback port")
-	}
-	return port, nil
 }
 
 // machine describes where the run happens, for the table's heading.

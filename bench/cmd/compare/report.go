@@ -3,12 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/redlimit/redlimit/bench/internal/harness"
 	"github.com/redlimit/redlimit/core"
 )
 
@@ -36,8 +35,8 @@ func (rep *report) summarize(r *row, c cell) (s summary, ok bool) {
 		rates = append(rates, m.rate())
 		ops := float64(max(m.ops, 1))
 		allocs = append(allocs, float64(m.mallocs)/ops)
-		p50s = append(p50s, float64(m.lat.quantile(0.50)))
-		p99s = append(p99s, float64(m.lat.quantile(0.99)))
+		p50s = append(p50s, float64(m.lat.Quantile(0.50)))
+		p99s = append(p99s, float64(m.lat.Quantile(0.99)))
 		if m.srvCalls >= minCalls {
 			srv = append(srv, m.srvUsec/ops)
 		}
@@ -48,30 +47,16 @@ func (rep *report) summarize(r *row, c cell) (s summary, ok bool) {
 			s.firstErr = m.firstErr
 		}
 	}
-	s.rate, s.ratio = median(rates), median(rep.ratios[r][c])
-	s.allocsPerOp = median(allocs)
-	s.p50, s.p99 = time.Duration(median(p50s)), time.Duration(median(p99s))
-	s.srvUsecPerOp, s.callsPerOp = median(srv), median(calls)
+	s.rate, s.ratio = harness.Median(rates), harness.Median(rep.ratios[r][c])
+	s.allocsPerOp = harness.Median(allocs)
+	s.p50, s.p99 = time.Duration(harness.Median(p50s)), time.Duration(harness.Median(p99s))
+	s.srvUsecPerOp, s.callsPerOp = harness.Median(srv), harness.Median(calls)
 	return s, true
 }
 
 // minCalls is the fewest script calls whose server time is shown:
 // one call descheduled on a busy machine can take milliseconds.
 const minCalls = 100
-
-// median returns the median of xs, NaN when there are none.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	xs = slices.Clone(xs)
-	slices.Sort(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
-}
 
 // errors returns how many decisions failed or answered wrongly, in all.
 func (rep *report) errors() int64 {
@@ -89,10 +74,7 @@ func (rep *report) errors() int64 {
 // heading describes the run, line by line.
 func (rep *report) heading() []string {
 	cfg := rep.cfg
-	rounds := "1 round"
-	if cfg.Rounds > 1 {
-		rounds = fmt.Sprintf("%d rounds, medians shown", cfg.Rounds)
-	}
+	rounds := harness.Rounds(cfg.Rounds)
 	return []string{
 		fmt.Sprintf("redis-server %s on %s (loopback; the same machine), %s", rep.redisVersion, rep.addr, machine()),
 		fmt.Sprintf("each row in each cell: %v measured after %v of warm-up; %s; rows run cell by cell, in alternating order; took %v",
@@ -142,9 +124,9 @@ func (rep *report) tables() (titles []string, tables [][][]string) {
 				}
 				lines = append(lines, []string{
 					strconv.Itoa(c.keys), strconv.Itoa(c.goroutines), r.name,
-					groupDigits(s.rate), fmtFloat(s.ratio, 2), fmtFloat(s.allocsPerOp, 1),
-					fmtDuration(s.p50), fmtDuration(s.p99),
-					fmtFloat(s.srvUsecPerOp, 2), fmtFloat(s.callsPerOp, 2), strconv.FormatInt(s.errors, 10),
+					harness.GroupDigits(s.rate), harness.FmtFloat(s.ratio, 2), harness.FmtFloat(s.allocsPerOp, 1),
+					harness.FmtDuration(s.p50), harness.FmtDuration(s.p99),
+					harness.FmtFloat(s.srvUsecPerOp, 2), harness.FmtFloat(s.callsPerOp, 2), strconv.FormatInt(s.errors, 10),
 				})
 			}
 		}
@@ -182,38 +164,10 @@ func (rep *report) writeText(w io.Writer) {
 	titles, tables := rep.tables()
 	for i, lines := range tables {
 		fmt.Fprintf(w, "\n%s\n", titles[i])
-		widths := make([]int, len(columns))
-		for j, h := range columns {
-			widths[j] = runeLen(h)
-		}
-		for _, l := range lines {
-			for j, v := range l {
-				widths[j] = max(widths[j], runeLen(v))
-			}
-		}
-		printLine := func(l []string) {
-			var b strings.Builder
-			for j, v := range l {
-				if j > 0 {
-					b.WriteString("  ")
-				}
-				if j == 2 { // the row name: left-aligned
-					fmt.Fprintf(&b, "%-*s", widths[j], v)
-				} else {
-					fmt.Fprintf(&b, "%*s", widths[j], v)
-				}
-			}
-			fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
-		}
-		printLine(columns)
-		prev := ""
-		for _, l := range lines {
-			if cellID := l[0] + "/" + l[1]; prev != "" && cellID != prev {
-				fmt.Fprintln(w)
-			}
-			prev = l[0] + "/" + l[1]
-			printLine(l)
-		}
+		// The row name left-aligned; an empty line between cells.
+		harness.WriteTextTable(w, columns, lines, 2, func(i int) bool {
+			return i > 0 && (lines[i][0] != lines[i-1][0] || lines[i][1] != lines[i-1][1])
+		})
 	}
 	if f := rep.failures(); len(f) > 0 {
 		fmt.Fprintln(w, "\nerrors:")
@@ -235,14 +189,12 @@ func (rep *report) writeMarkdown(w io.Writer) {
 	titles, tables := rep.tables()
 	for i, lines := range tables {
 		fmt.Fprintf(w, "\n### %s\n\n", titles[i])
-		align := slices.Repeat([]string{"---:"}, len(columns))
-		align[2] = ":---" // the row name
-		fmt.Fprintf(w, "| %s |\n|%s|\n", strings.Join(columns, " | "), strings.Join(align, "|"))
-		for _, l := range lines {
-			l = slices.Clone(l)
-			l[2] = "`" + l[2] + "`"
-			fmt.Fprintf(w, "| %s |\n", strings.Join(l, " | "))
+		md := make([][]string, len(lines))
+		for j, l := range lines {
+			md[j] = slices.Clone(l)
+			md[j][2] = "`" + l[2] + "`" // the row name
 		}
+		harness.WriteMarkdownTable(w, columns, md, 2)
 	}
 	if f := rep.failures(); len(f) > 0 {
 		fmt.Fprintln(w, "\nErrors:")
@@ -250,52 +202,4 @@ func (rep *report) writeMarkdown(w io.Writer) {
 			fmt.Fprintln(w, "- "+line)
 		}
 	}
-}
-
-func runeLen(s string) int { return len([]rune(s)) }
-
-// fmtFloat prints x with prec decimals, or "-" for NaN.
-func fmtFloat(x float64, prec int) string {
-	if math.IsNaN(x) {
-		return "-"
-	}
-	return strconv.FormatFloat(x, 'f', prec, 64)
-}
-
-// groupDigits prints x rounded to an integer, in groups of three digits.
-func groupDigits(x float64) string {
-	if math.IsNaN(x) {
-		return "-"
-	}
-	s := strconv.FormatInt(int64(math.Round(x)), 10)
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
-			b.WriteByte(' ')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-// fmtDuration prints d with three significant digits or so.
-func fmtDuration(d time.Duration) string {
-	us := float64(d) / float64(time.Microsecond)
-	switch {
-	case d <= 0:
-		return "-"
-	case d < time.Microsecond:
-		return fmt.Sprintf("%dns", d.Nanoseconds())
-	case d < 10*time.Microsecond:
-		return fmt.Sprintf("%.2fµs", us)
-	case d < 100*time.Microsecond:
-		return fmt.Sprintf("%.1fµs", us)
-	case d < time.Millisecond:
-		return fmt.Sprintf("%.0fµs", us)
-	case d < 10*time.Millisecond:
-		return fmt.Sprintf("%.2fms", us/1000)
-	case d < 100*time.Millisecond:
-		return fmt.Sprintf("%.1fms", us/1000)
-	}
-	return fmt.Sprintf("%.0fms", us/1000)
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/redlimit/redlimit/bench/internal/harness"
 )
 
 // load is the outcome of driving one server.
@@ -16,7 +18,7 @@ type load struct {
 	okHits                int64 // the hits_addend of the OK answers' requests
 	firstErr              error
 	elapsed               time.Duration
-	lat                   hist
+	lat                   harness.Hist
 }
 
 func (l *load) rate() float64 {
@@ -57,7 +59,7 @@ func drive(ctx context.Context, clients []pb.RateLimitServiceClient, reqs []*pb.
 			for !stop.Load() && issued.Add(1) <= maxCalls {
 				t0 := time.Now()
 				resp, err := client.ShouldRateLimit(cctx, reqs[j])
-				l.lat.add(time.Since(t0))
+				l.lat.Add(time.Since(t0))
 				l.calls++
 				switch {
 				case err != nil:
@@ -92,7 +94,7 @@ func drive(ctx context.Context, clients []pb.RateLimitServiceClient, reqs []*pb.
 			if total.firstErr == nil {
 				total.firstErr = l.firstErr
 			}
-			total.lat.merge(&l.lat)
+			total.lat.Merge(&l.lat)
 			mu.Unlock()
 		}(i)
 	}

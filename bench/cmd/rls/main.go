@@ -36,21 +36,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redlimit/redlimit/bench/internal/harness"
 )
 
-func main() {
-	err := mainErr(os.Args[1:], os.Stdout, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "rls:", err)
-		os.Exit(1)
-	}
-}
+func main() { harness.Main("rls", mainErr) }
 
 // refModule is the reference server's Go module, and refVersion the
 // version built when -ref is not given.
@@ -157,17 +149,14 @@ func parseFlags(args []string, stderr io.Writer) (config, cliOptions, error) {
 	fs.StringVar(&cfg.RedisServer, "redis-server", cfg.RedisServer, "the redis-server binary to start")
 	fs.BoolVar(&opts.markdown, "markdown", false, "print Markdown tables")
 	fs.BoolVar(&opts.quiet, "q", false, "do not report progress on stderr")
-	if err := fs.Parse(args); err != nil {
+	if err := harness.Parse(fs, args); err != nil {
 		return cfg, opts, err
 	}
-	if fs.NArg() > 0 {
-		return cfg, opts, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
 	var err error
-	if cfg.Callers, err = parseInts(*callers); err != nil {
+	if cfg.Callers, err = harness.ParseInts(*callers); err != nil {
 		return cfg, opts, fmt.Errorf("-callers: %w", err)
 	}
-	if cfg.Values, err = parseInts(*values); err != nil {
+	if cfg.Values, err = harness.ParseInts(*values); err != nil {
 		return cfg, opts, fmt.Errorf("-values: %w", err)
 	}
 	if *refEnv != "" {
@@ -180,19 +169,6 @@ func parseFlags(args []string, stderr io.Writer) (config, cliOptions, error) {
 	}
 	cfg.RedlimitArgs = strings.Fields(*rlArgs)
 	return cfg, opts, cfg.validate()
-}
-
-// parseInts reads "1,16,128": positive integers.
-func parseInts(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 func mainErr(args []string, stdout, stderr io.Writer) error {

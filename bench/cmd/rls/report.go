@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redlimit/redlimit/bench/internal/harness"
 )
 
 // report holds every measurement of a run.
@@ -78,8 +80,8 @@ func (rep *report) summarize(s *server, c cell) (sum summary, ok bool) {
 		srv = append(srv, m.srvUsec/calls)
 		cmds = append(cmds, float64(m.srvCalls)/calls)
 		cpu = append(cpu, m.cpuSec*1e6/calls)
-		p50 = append(p50, float64(m.load.lat.quantile(0.5)))
-		p99 = append(p99, float64(m.load.lat.quantile(0.99)))
+		p50 = append(p50, float64(m.load.lat.Quantile(0.5)))
+		p99 = append(p99, float64(m.load.lat.Quantile(0.99)))
 		for _, l := range []*load{m.load, m.warm} {
 			if l == nil {
 				continue
@@ -94,29 +96,15 @@ func (rep *report) summarize(s *server, c cell) (sum summary, ok bool) {
 			sum.firstErr = fmt.Errorf("allocations: %w", m.mallocsErr)
 		}
 	}
-	sum.rate, sum.ratio, sum.allocs = median(rates), median(ratios), median(allocs)
+	sum.rate, sum.ratio, sum.allocs = harness.Median(rates), harness.Median(ratios), harness.Median(allocs)
 	sum.ratioLo, sum.ratioHi = math.NaN(), math.NaN()
 	if len(ratios) > 0 {
 		sum.ratioLo, sum.ratioHi = slices.Min(ratios), slices.Max(ratios)
 	}
-	sum.srvUsec, sum.srvCmds, sum.cpuUsec, sum.procUsec = median(srv), median(cmds), median(cpu), median(proc)
-	sum.p50, sum.p99 = time.Duration(median(p50)), time.Duration(median(p99))
+	sum.srvUsec, sum.srvCmds, sum.cpuUsec, sum.procUsec = harness.Median(srv), harness.Median(cmds), harness.Median(cpu), harness.Median(proc)
+	sum.p50, sum.p99 = time.Duration(harness.Median(p50)), time.Duration(harness.Median(p99))
 	sum.breakdown = breakdown(ms[0].cmds, ms[0].load.calls)
 	return sum, true
-}
-
-// median returns the median of xs, NaN when there are none.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	xs = slices.Clone(xs)
-	slices.Sort(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // errors counts failed calls and denials in the throughput cells, where
@@ -146,9 +134,9 @@ func (rep *report) lines() [][]string {
 			}
 			out = append(out, []string{
 				strconv.Itoa(c.values), strconv.Itoa(c.callers), s.name,
-				groupDigits(sum.rate), fmtFloat(sum.ratio, 2), fmtRange(sum.ratioLo, sum.ratioHi), fmtFloat(sum.procUsec, 1), fmtFloat(sum.allocs, 1),
-				fmtFloat(sum.srvUsec, 2), fmtFloat(sum.srvCmds, 2), fmtFloat(sum.cpuUsec, 2),
-				fmtDuration(sum.p50), fmtDuration(sum.p99), strconv.FormatInt(sum.errs+sum.denied, 10),
+				harness.GroupDigits(sum.rate), harness.FmtFloat(sum.ratio, 2), fmtRange(sum.ratioLo, sum.ratioHi), harness.FmtFloat(sum.procUsec, 1), harness.FmtFloat(sum.allocs, 1),
+				harness.FmtFloat(sum.srvUsec, 2), harness.FmtFloat(sum.srvCmds, 2), harness.FmtFloat(sum.cpuUsec, 2),
+				harness.FmtDuration(sum.p50), harness.FmtDuration(sum.p99), strconv.FormatInt(sum.errs+sum.denied, 10),
 			})
 		}
 	}
@@ -157,10 +145,7 @@ func (rep *report) lines() [][]string {
 
 func (rep *report) heading() []string {
 	cfg := rep.cfg
-	rounds := "1 round"
-	if cfg.Rounds > 1 {
-		rounds = fmt.Sprintf("%d rounds, medians shown", cfg.Rounds)
-	}
+	rounds := harness.Rounds(cfg.Rounds)
 	alloc := func(s *server) string {
 		if s.memKind == "" {
 			return s.name + ": not measured"
@@ -286,37 +271,9 @@ func (rep *report) writeText(w io.Writer) {
 		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintln(w)
-	lines := rep.lines()
-	widths := make([]int, len(columns))
-	for j, h := range columns {
-		widths[j] = runeLen(h)
-	}
-	for _, l := range lines {
-		for j, v := range l {
-			widths[j] = max(widths[j], runeLen(v))
-		}
-	}
-	printLine := func(l []string) {
-		var b strings.Builder
-		for j, v := range l {
-			if j > 0 {
-				b.WriteString("  ")
-			}
-			if j == 2 {
-				fmt.Fprintf(&b, "%-*s", widths[j], v)
-			} else {
-				fmt.Fprintf(&b, "%*s", widths[j], v)
-			}
-		}
-		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
-	}
-	printLine(columns)
-	for i, l := range lines {
-		if i > 0 && i%2 == 0 {
-			fmt.Fprintln(w)
-		}
-		printLine(l)
-	}
+	// The server's name left-aligned; an empty line between cells (two
+	// servers each).
+	harness.WriteTextTable(w, columns, rep.lines(), 2, func(i int) bool { return i > 0 && i%2 == 0 })
 	fmt.Fprintln(w)
 	for _, l := range rep.tail() {
 		fmt.Fprintln(w, l)
@@ -328,26 +285,11 @@ func (rep *report) writeMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "%s  \n", l)
 	}
 	fmt.Fprintln(w)
-	align := slices.Repeat([]string{"---:"}, len(columns))
-	align[2] = ":---"
-	fmt.Fprintf(w, "| %s |\n|%s|\n", strings.Join(columns, " | "), strings.Join(align, "|"))
-	for _, l := range rep.lines() {
-		fmt.Fprintf(w, "| %s |\n", strings.Join(l, " | "))
-	}
+	harness.WriteMarkdownTable(w, columns, rep.lines(), 2)
 	fmt.Fprintln(w)
 	for _, l := range rep.tail() {
 		fmt.Fprintf(w, "%s  \n", l)
 	}
-}
-
-func runeLen(s string) int { return len([]rune(s)) }
-
-// fmtFloat prints x with prec decimals, or "-" for NaN.
-func fmtFloat(x float64, prec int) string {
-	if math.IsNaN(x) {
-		return "-"
-	}
-	return strconv.FormatFloat(x, 'f', prec, 64)
 }
 
 // fmtRange prints "lo–hi" with two decimals, "-" for NaN.
@@ -355,41 +297,5 @@ func fmtRange(lo, hi float64) string {
 	if math.IsNaN(lo) || math.IsNaN(hi) {
 		return "-"
 	}
-	return fmtFloat(lo, 2) + "–" + fmtFloat(hi, 2)
-}
-
-// groupDigits prints x rounded to an integer, in groups of three digits.
-func groupDigits(x float64) string {
-	if math.IsNaN(x) {
-		return "-"
-	}
-	s := strconv.FormatInt(int64(math.Round(x)), 10)
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
-			b.WriteByte(' ')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-// fmtDuration prints d with three significant digits or so.
-func fmtDuration(d time.Duration) string {
-	us := float64(d) / float64(time.Microsecond)
-	switch {
-	case d <= 0:
-		return "-"
-	case d < 10*time.Microsecond:
-		return fmt.Sprintf("%.2fµs", us)
-	case d < 100*time.Microsecond:
-		return fmt.Sprintf("%.1fµs", us)
-	case d < time.Millisecond:
-		return fmt.Sprintf("%.0fµs", us)
-	case d < 10*time.Millisecond:
-		return fmt.Sprintf("%.2fms", us/1000)
-	case d < 100*time.Millisecond:
-		return fmt.Sprintf("%.1fms", us/1000)
-	}
-	return fmt.Sprintf("%.0fms", us/1000)
+	return harness.FmtFloat(lo, 2) + "–" + harness.FmtFloat(hi, 2)
 }

@@ -65,8 +65,8 @@ func TestDriveCounts(t *testing.T) {
 	if l.calls != 300 || l.ok != 100 || l.over != 200 || l.errs != 0 {
 		t.Fatalf("calls %d ok %d over %d errors %d (%v), want 300, 100, 200, 0", l.calls, l.ok, l.over, l.errs, l.firstErr)
 	}
-	if l.lat.n != 300 {
-		t.Errorf("%d latencies recorded, want 300", l.lat.n)
+	if l.lat.Count() != 300 {
+		t.Errorf("%d latencies recorded, want 300", l.lat.Count())
 	}
 
 	// Bounded by time: many values, never denied.

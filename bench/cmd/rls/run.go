@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/bench/internal/harness"
 )
 
 // cell is one load: concurrent callers over distinct descriptor values.
@@ -52,7 +53,7 @@ func cells(cfg config) []cell {
 // every round, then the exactness check and the profiles.
 func run(ctx context.Context, cfg config, tmp string) (*report, error) {
 	begin := time.Now()
-	redisAddr, stopRedis, err := startRedis(cfg.RedisServer, tmp)
+	redisAddr, stopRedis, err := harness.StartRedis(cfg.RedisServer, tmp)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +85,11 @@ func run(ctx context.Context, cfg config, tmp string) (*report, error) {
 	defer other.stop()
 
 	rep := newReport(cfg, ref, other)
-	rep.redisVersion = redisVersion(ctx, rc)
+	if v, err := harness.RedisVersion(ctx, rc); err == nil && v != "" {
+		rep.redisVersion = v
+	} else {
+		rep.redisVersion = "?"
+	}
 	sides := []*server{ref, other}
 	for round := 0; round < cfg.Rounds; round++ {
 		for i, c := range cells(cfg) {
@@ -276,17 +281,4 @@ func profileCell(ctx context.Context, cfg config, rc *redis.Client, s *server, c
 	err := s.profile(ctx, d, path)
 	<-done
 	return err
-}
-
-func redisVersion(ctx context.Context, rc *redis.Client) string {
-	info, err := rc.Info(ctx, "server").Result()
-	if err != nil {
-		return "?"
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v
-		}
-	}
-	return "?"
 }

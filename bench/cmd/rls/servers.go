@@ -6,21 +6,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/redlimit/redlimit/bench/internal/harness"
 )
 
 // buildReference downloads the reference server's module at version with
@@ -166,16 +165,16 @@ type server struct {
 // watching the root, no stats, loopback listeners; its defaults otherwise
 // (REDIS_POOL_SIZE=10, no local cache), and cfg.RefEnv last.
 func startReference(ctx context.Context, cfg config, name, tmp, cfgDir, redisAddr string) (*server, error) {
-	ports, err := freePorts(3)
+	ports, err := harness.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
 	s := &server{
 		name:     name,
-		grpcAddr: loopback(ports[0]),
-		memURL:   "http://" + loopback(ports[2]) + "/stats",
+		grpcAddr: harness.Loopback(ports[0]),
+		memURL:   "http://" + harness.Loopback(ports[2]) + "/stats",
 		memKind:  "expvar",
-		pprofURL: "http://" + loopback(ports[2]) + "/debug/pprof/profile",
+		pprofURL: "http://" + harness.Loopback(ports[2]) + "/debug/pprof/profile",
 	}
 	// cfgDir is root/rl/config.
 	root := filepath.Dir(filepath.Dir(cfgDir))
@@ -206,25 +205,25 @@ func startReference(ctx context.Context, cfg config, name, tmp, cfgDir, redisAdd
 
 // startRedlimit starts redlimit-rls with its flags.
 func startRedlimit(ctx context.Context, cfg config, tmp, cfgDir, redisAddr string) (*server, error) {
-	ports, err := freePorts(3)
+	ports, err := harness.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
-	s := &server{name: "redlimit-rls", grpcAddr: loopback(ports[0])}
+	s := &server{name: "redlimit-rls", grpcAddr: harness.Loopback(ports[0])}
 	args := append([]string{
 		"-config", cfgDir,
 		"-redis", "redis://" + redisAddr,
 		"-grpc", s.grpcAddr,
-		"-http", loopback(ports[1]),
+		"-http", harness.Loopback(ports[1]),
 	}, cfg.RedlimitArgs...)
 	cmd := exec.Command(cfg.RedlimitBin, args...)
-	cmd.Env = append(os.Environ(), "REDLIMIT_BENCH_DEBUG_ADDR="+loopback(ports[2]))
+	cmd.Env = append(os.Environ(), "REDLIMIT_BENCH_DEBUG_ADDR="+harness.Loopback(ports[2]))
 	if err := s.start(ctx, cmd, tmp, cfg.Conns); err != nil {
 		return nil, err
 	}
 	// Where its allocations and profile can be read: the debug listener
 	// this program builds in, else its own /debug/vars or /metrics.
-	for _, base := range []string{"http://" + loopback(ports[2]), "http://" + loopback(ports[1])} {
+	for _, base := range []string{"http://" + harness.Loopback(ports[2]), "http://" + harness.Loopback(ports[1])} {
 		if s.memKind != "" {
 			break
 		}
@@ -450,87 +449,4 @@ func httpOK(ctx context.Context, url string) (bool, error) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK, nil
-}
-
-func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
-
-// freePorts asks the kernel for n distinct free loopback ports, holding
-// them all open until each is known, so that they differ.
-func freePorts(n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	var ports []int
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// startRedis starts redis-server on a free loopback port, without
-// persistence, and returns its address once it answers PING, and a function
-// that kills it.
-func startRedis(path, dir string) (addr string, stop func(), err error) {
-	bin, err := exec.LookPath(path)
-	if err != nil {
-		return "", nil, fmt.Errorf("redis-server is needed (install it, or pass -redis-server): %w", err)
-	}
-	// Another process may take the port between choosing and binding it:
-	// try a few.
-	for attempt := 0; attempt < 5; attempt++ {
-		var ports []int
-		if ports, err = freePorts(1); err != nil {
-			continue
-		}
-		addr = loopback(ports[0])
-		var kill func()
-		if kill, err = launchRedis(bin, dir, addr, ports[0]); err == nil {
-			var once sync.Once
-			return addr, func() { once.Do(kill) }, nil
-		}
-	}
-	return "", nil, fmt.Errorf("could not start redis-server: %w", err)
-}
-
-// launchRedis runs one redis-server and waits until it answers.
-func launchRedis(bin, dir, addr string, port int) (kill func(), err error) {
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning")
-	var out bytes.Buffer // written by the process until it exits; read after
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	kill = func() { _ = cmd.Process.Kill(); <-exited }
-
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return kill, nil
-		}
-		select {
-		case <-exited:
-			return nil, fmt.Errorf("redis-server on %s exited: %s", addr, bytes.TrimSpace(out.Bytes()))
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			kill()
-			return nil, fmt.Errorf("redis-server on %s did not answer PING: %w", addr, err)
-		}
-	}
 }

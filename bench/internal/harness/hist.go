@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"math"
@@ -12,10 +12,12 @@ const subBits = 5
 
 const subBuckets = 1 << subBits
 
-// hist counts durations in logarithmic buckets. Adding one is a few
-// instructions and never allocates, so every decision's latency can be
+// Hist counts durations in logarithmic buckets. Adding one is a few
+// instructions and never allocates, so every call's latency can be
 // recorded without disturbing what is measured. The zero value is empty.
-type hist struct {
+// A Hist is not safe for concurrent use: give each goroutine its own and
+// Merge them afterwards.
+type Hist struct {
 	counts [64 * subBuckets]uint64
 	n      uint64
 }
@@ -40,23 +42,26 @@ func bucketMid(i int) uint64 {
 	return lo + (uint64(1)<<shift)/2
 }
 
-// add records one duration; negative ones count as 0.
-func (h *hist) add(d time.Duration) {
+// Add records one duration; negative ones count as 0.
+func (h *Hist) Add(d time.Duration) {
 	h.counts[bucketOf(uint64(max(d, 0)))]++
 	h.n++
 }
 
-// merge adds o's counts to h's.
-func (h *hist) merge(o *hist) {
+// Merge adds o's counts to h's.
+func (h *Hist) Merge(o *Hist) {
 	for i, c := range o.counts {
 		h.counts[i] += c
 	}
 	h.n += o.n
 }
 
-// quantile returns the q-quantile (0 < q <= 1) of the recorded durations,
+// Count returns how many durations were recorded.
+func (h *Hist) Count() uint64 { return h.n }
+
+// Quantile returns the q-quantile (0 < q <= 1) of the recorded durations,
 // to within a bucket's width; 0 when nothing was recorded.
-func (h *hist) quantile(q float64) time.Duration {
+func (h *Hist) Quantile(q float64) time.Duration {
 	if h.n == 0 {
 		return 0
 	}
