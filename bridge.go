@@ -24,4 +24,4 @@ var (
 )
 
 // fallback decides as Redis would, in process: FailLocal's.
-type fallback = func(key string, scopes []string, limits []core.Limit, n int, each []core.Result) (core.Result, int)
+type fallback = func(key string, scopes []string, limits []core.Limit, costs []int, upTo uint32, each []core.Result) (core.Result, int)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -75,4 +77,43 @@ func TestFailLocalShared(t *testing.T) {
 	}
 	t.Logf("%d instances admitted %d of one client's requests over an outage of %v (bound %d; unshared, %d)",
 		instances, admitted, outage.Round(time.Millisecond), bound, instances*limit.Capacity())
+}
+
+// TestFailLocalBudget: with Redis gone, a FailLocal policy with a budget
+// charges each request its estimate in process, as Redis would have, not
+// the request's cost of 1: at 1000 tokens a minute and 300 a request,
+// three requests pass and the fourth is denied. With TakeRest the fourth
+// takes the last 100 tokens, and the fifth is denied.
+func TestFailLocalBudget(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there: every decision fails at once
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tokens := core.Limit{Rate: 1000, Period: time.Minute, Unit: "tokens"}
+	for _, takeRest := range []bool{false, true} {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
+		t.Cleanup(func() { rdb.Close() })
+		lim := core.New(rdb, core.WithTimeout(time.Second), core.WithLogger(quiet))
+		p := mustPolicy(t, lim, core.Limit{Rate: 100, Period: time.Minute},
+			redlimit.WithFailure(redlimit.FailLocal),
+			redlimit.WithBudget(redlimit.Budget{
+				Limits:   []core.Limit{tokens},
+				Estimate: func(*http.Request) int { return 300 },
+				TakeRest: takeRest,
+			}))
+		want := []int{http.StatusOK, http.StatusOK, http.StatusOK, http.StatusTooManyRequests}
+		if takeRest {
+			want = []int{http.StatusOK, http.StatusOK, http.StatusOK, http.StatusOK, http.StatusTooManyRequests}
+		}
+		for i, status := range want {
+			d, w := decide(p, "192.0.2.7:1")
+			if d.Outcome != redlimit.OutcomeLocal || w.Code != status {
+				t.Fatalf("TakeRest %v, request %d: outcome %v, status %d; want a local decision, %d", takeRest, i+1, d.Outcome, w.Code, status)
+			}
+		}
+	}
 }

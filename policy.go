@@ -309,10 +309,13 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 	for i, q := range quotas {
 		scopes[i], limits[i] = q.scope, q.limit
 	}
+	costs, upTo := s.costs[:s.n], uint32(0) // what the fallback charges, should it decide
+	if p.budgets != nil {
+		costs, upTo = p.reservedCosts(q, costs)
+	}
 	if p.budgets != nil || p.ResponseCost != nil || holdsSlots(limits) {
 		var held *core.Reservation
 		if p.budgets != nil {
-			costs, upTo := p.reservedCosts(q, s.costs[:s.n])
 			held, d.binding, d.Err = reserveEach(p.lim, ctx, d.Key, scopes, limits, costs, upTo, each)
 		} else {
 			held, d.binding, d.Err = reserve(p.lim, ctx, d.Key, scopes, limits, p.cost, each)
@@ -338,7 +341,12 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 		p.reportError(ctx, d.Err)
 		switch {
 		case p.failure == FailLocal:
-			d.Result, d.binding = p.local(d.Key, scopes, limits, p.cost, each)
+			if p.budgets == nil {
+				for i := range costs {
+					costs[i] = p.cost
+				}
+			}
+			d.Result, d.binding = p.local(d.Key, scopes, limits, costs, upTo, each)
 			d.Outcome = OutcomeLocal
 		case p.failure == FailClosed && !p.dryRun:
 			d.Outcome, d.Status = OutcomeError, http.StatusServiceUnavailable

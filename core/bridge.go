@@ -32,7 +32,7 @@ func init() {
 		return info.d.suffix, info.period
 	}
 	bridge.Logger = func(l *Limiter) *slog.Logger { return l.log }
-	bridge.Fallback = func(l *Limiter, keys int) func(string, []string, []Limit, int, []Result) (Result, int) {
+	bridge.Fallback = func(l *Limiter, keys int) func(string, []string, []Limit, []int, uint32, []Result) (Result, int) {
 		share := func() int { return 1 }
 		if l != nil && l.engine != nil {
 			l.peers.on.Store(true)

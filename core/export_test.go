@@ -138,9 +138,19 @@ func NewLocalShare(keys, share int, now func() time.Time) Local {
 // (0: none heard yet).
 func (l *Limiter) Peers() int { return int(l.peers.count.Load()) }
 
-// Allow decides as the fallback does.
+// Allow decides n events under every limit as the fallback does.
 func (l Local) Allow(key string, scopes []string, limits []Limit, n int, each []Result) (Result, int) {
-	return l.allow(key, scopes, limits, n, each)
+	costs := make([]int, len(limits))
+	for i := range costs {
+		costs[i] = n
+	}
+	return l.allow(key, scopes, limits, costs, 0, each)
+}
+
+// AllowEach decides as the fallback does for ReserveEach: costs[i] under
+// limits[i], taking up to it where upTo has the limit's bit.
+func (l Local) AllowEach(key string, limits []Limit, costs []int, upTo uint32, each []Result) (Result, int) {
+	return l.allow(key, nil, limits, costs, upTo, each)
 }
 
 // Size returns how many states the fallback keeps.

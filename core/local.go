@@ -34,10 +34,13 @@ func newLocalLimiter(max int, share func() int) *localLimiter {
 	return &localLimiter{tat: tat, now: time.Now, share: share}
 }
 
-// allow decides n events for key under limits, each in its scope, fills
-// each (as long as limits) and returns the binding result and its index.
-// The limits must have passed checkLimits.
-func (l *localLimiter) allow(key string, scopes []string, limits []Limit, n int, each []Result) (Result, int) {
+// allow decides costs[i] events of key under limits[i], each in its
+// scope, all or nothing, fills each (as long as limits) and returns the
+// binding result and its index. A limit whose bit of upTo is set (1<<i)
+// takes up to costs[i], as Redis does (ReserveEach): as many as its share
+// has left, or 1 (denied) when none is. The limits must have passed
+// checkLimits.
+func (l *localLimiter) allow(key string, scopes []string, limits []Limit, costs []int, upTo uint32, each []Result) (Result, int) {
 	var stateBuf [bridge.MaxLimits]string
 	var tatBuf [bridge.MaxLimits]gcraTAT
 	var infoBuf [bridge.MaxLimits]*limitInfo
@@ -63,6 +66,11 @@ func (l *localLimiter) allow(key string, scopes []string, limits []Limit, n int,
 		// Get, not Peek: a key that keeps being denied is in use and must
 		// not be the first forgotten, or it would start afresh.
 		tat, _ := l.tat.Get(states[i])
+		n := costs[i]
+		if upTo&(1<<i) != 0 && n > 0 {
+			left, _ := localGCRA(limit, info, share, tat, now, 0)
+			n = max(1, min(n, left.Remaining))
+		}
 		each[i], tats[i] = localGCRA(limit, info, share, tat, now, n)
 		allowed = allowed && each[i].Allowed
 	}

@@ -184,3 +184,29 @@ func TestLocalShare(t *testing.T) {
 		t.Fatalf("a cost of 2 above a share's burst of 1: %+v, want never admitted", res)
 	}
 }
+
+// TestLocalEachCosts: the fallback charges each limit its own cost, all
+// or nothing as Redis does, and a limit that takes up to its cost takes
+// what is left.
+func TestLocalEachCosts(t *testing.T) {
+	t.Parallel()
+	at := time.Unix(1_700_000_000, 0)
+	l := core.NewLocal(100, func() time.Time { return at })
+	limits := []core.Limit{{Rate: 3, Period: time.Minute}, {Rate: 1000, Period: time.Minute, Unit: "tokens"}}
+	each := make([]core.Result, 2)
+	for i, want := range []bool{true, true, false} {
+		res, _ := l.AllowEach("k", limits, []int{1, 400}, 0, each)
+		if res.Allowed != want {
+			t.Fatalf("request %d of 400 tokens: allowed %v, want %v (%+v)", i+1, res.Allowed, want, each)
+		}
+	}
+	if each[0].Remaining != 1 || each[1].Remaining != 200 {
+		t.Fatalf("after a denial: remaining %d requests, %d tokens; want 1 and 200 (nothing charged)", each[0].Remaining, each[1].Remaining)
+	}
+	if res, _ := l.AllowEach("k", limits, []int{1, 400}, 1<<1, each); !res.Allowed || each[1].Remaining != 0 || each[0].Remaining != 0 {
+		t.Fatalf("taking up to 400 of the last 200 tokens: %+v", each)
+	}
+	if res, _ := l.AllowEach("k", limits, []int{0, 400}, 1<<1, each); res.Allowed {
+		t.Fatalf("no token left: allowed %+v", each)
+	}
+}

@@ -73,10 +73,11 @@ var (
 	// Fallback is
 	//
 	//	func(l *core.Limiter, keys int) func(key string, scopes []string, limits []core.Limit,
-	//		n int, each []core.Result) (res core.Result, binding int)
+	//		costs []int, upTo uint32, each []core.Result) (res core.Result, binding int)
 	//
 	// a new in-process stand-in for l's Redis, holding at most keys
-	// states: it decides as Decide does, each limit as GCRA with the
+	// states: it decides as ReserveEach does (limits[i] charged costs[i],
+	// taking up to it if its bit of upTo is set), each limit as GCRA with the
 	// limit's Rate, Period and Burst divided by the instances that share
 	// l's keys (l counts them from then on), on the process's clock. It is
 	// safe for concurrent use.
