@@ -295,7 +295,7 @@ func connect(url string, env func(string) string, log *slog.Logger) (redis.Unive
 		}
 		log.Warn("NO REDIS GIVEN (-redis or REDIS_URL): rate-limit state is IN MEMORY, in an embedded miniredis: " +
 			"lost when this process stops and NOT SHARED with other instances. Give -redis for production.")
-		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
 		return rdb, func() { rdb.Close(); mr.Close() }, nil
 	}
 	if strings.Contains(url, "://") {
@@ -303,13 +303,14 @@ func connect(url string, env func(string) string, log *slog.Logger) (redis.Unive
 		if err != nil {
 			return nil, nil, fmt.Errorf("-redis: %v", err)
 		}
+		opts.ContextTimeoutEnabled = true
 		rdb := redis.NewClient(opts)
 		return rdb, func() { rdb.Close() }, nil
 	}
 	// The reference server's form: host:port (a socket path with
 	// REDIS_SOCKET_TYPE=unix), a comma-separated list of nodes for a
 	// cluster, or the master's name and the sentinels for Sentinel.
-	uo := &redis.UniversalOptions{Password: env("REDIS_AUTH")}
+	uo := &redis.UniversalOptions{Password: env("REDIS_AUTH"), ContextTimeoutEnabled: true}
 	if envBool(env, "REDIS_TLS") {
 		return nil, nil, errors.New("REDIS_TLS: give a rediss:// URL instead")
 	}
