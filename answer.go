@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/engine"
 )
 
 // How a policy answers an HTTP request that may not proceed: its status
@@ -126,7 +127,7 @@ func writeProblem(w http.ResponseWriter, d Decision) {
 }
 
 // violated names the list members that denied.
-func violated(quotas []quota, each []core.Result) []string {
+func violated(quotas []quota, each []engine.Result) []string {
 	var names []string
 	for i, r := range each {
 		if !r.Allowed {

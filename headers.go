@@ -13,6 +13,7 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/engine"
 )
 
 // The rate-limit fields of a verdict: their values, worked out here once,
@@ -59,7 +60,7 @@ var (
 // so a later Header.Add copies instead of writing into the shared array.
 type quota struct {
 	scope    string
-	limit    core.Limit
+	limit    engine.Limit
 	name     string   // the draft's list member name
 	member   string   // the same, as a structured-field string
 	capacity []string // X-RateLimit-Limit
@@ -75,7 +76,7 @@ func quotasOf(scope string, limits []core.Limit) []quota {
 	for i, l := range limits {
 		name := scope
 		if i > 0 {
-			variant, period := limitState(l)
+			variant, period := engine.StateNames(engine.Limit(l))
 			name += "-" + period
 			for _, m := range limits[:i] {
 				if m.Period == l.Period && m.Unit == l.Unit {
@@ -87,7 +88,7 @@ func quotasOf(scope string, limits []core.Limit) []quota {
 				name += "-" + l.Unit
 			}
 		}
-		quotas[i] = quota{scope: scope, limit: l, name: name, member: sfString(name),
+		quotas[i] = quota{scope: scope, limit: engine.Limit(l), name: name, member: sfString(name),
 			capacity: []string{strconv.Itoa(l.Capacity())},
 			policy:   policyItem(name, l),
 		}
@@ -163,7 +164,7 @@ func sfList(name string, item httpsfv.Item) string {
 // request (nested middleware) adds its members to the draft's lists, and
 // its X-RateLimit fields replace the others' only if it has fewer
 // remaining.
-func (a *answerer) headers(h map[string][]string, n *fieldNames, d *Decision, quotas []quota, each []core.Result) {
+func (a *answerer) headers(h map[string][]string, n *fieldNames, d *Decision, quotas []quota, each []engine.Result) {
 	denied := !d.Result.Allowed
 	if denied {
 		h[n.retryAfter] = []string{strconv.FormatInt(d.retryAfter, 10)}

@@ -9,11 +9,10 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/bridge"
+	"github.com/redlimit/redlimit/internal/engine"
 	"github.com/redlimit/redlimit/internal/policyconf"
 	"github.com/redlimit/redlimit/keyfunc"
 )
@@ -110,12 +109,12 @@ var errNotHTTP = fmt.Errorf("%w: the key function (redlimit.WithKey) reads HTTP 
 type policy struct {
 	policyconf.Funcs[Request, Decision]
 	config
-	lim      *core.Limiter
+	lim      *engine.Limiter
 	quotas   []quota // what a request is decided under: a rules table's catch-all's, then its own, then its budgets'
 	inherits int     // how many of quotas are the catch-all's
 	budgets  []*budget
-	spent    int      // how many quotas the budgets have, the last of a request's
-	local    fallback // FailLocal's; nil otherwise
+	spent    int           // how many quotas the budgets have, the last of a request's
+	local    *engine.Local // FailLocal's; nil otherwise
 	log      *slog.Logger
 	errLog   throttle
 	dryLog   throttle
@@ -159,7 +158,7 @@ func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, err
 		return nil, err
 	}
 	all := append(limits[:len(limits):len(limits)], spent...)
-	if err := checkLimits(nil, all); err != nil {
+	if err := engine.CheckLimits(nil, engineLimits(all)); err != nil {
 		return nil, err
 	}
 	burst := smallestBurst(limits)
@@ -185,17 +184,17 @@ func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, err
 	if err := c.answer.check(); err != nil {
 		return nil, err
 	}
-	p := &policy{Funcs: o.Funcs, config: *c, lim: lim, quotas: quotasOf(name, all), log: limiterLog(lim),
+	p := &policy{Funcs: o.Funcs, config: *c, lim: (*engine.Limiter)(lim), quotas: quotasOf(name, all),
 		budgets: budgets, spent: len(spent)}
 	p.name, p.also = name, nil
 	if p.maxCost == 0 {
 		p.maxCost = defaultMaxCost
 	}
-	if p.log == nil { // the zero Limiter
+	if p.log = p.lim.Logger(); p.log == nil { // the zero Limiter
 		p.log = slog.Default()
 	}
 	if p.failure == FailLocal {
-		p.local = newFallback(lim, localKeys)
+		p.local = p.lim.Fallback(localKeys)
 	}
 	return p, nil
 }
@@ -224,8 +223,8 @@ func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (
 	if p.Observe != nil {
 		start = time.Now()
 	}
-	s := scratches.Get().(*scratch)
-	d, quotas := p.verdict(q, s)
+	var s scratch
+	d, quotas := p.verdict(q, &s)
 	if quotas != nil {
 		p.answer.headers(fields, n, &d, quotas, s.each[:len(quotas)])
 	}
@@ -236,8 +235,6 @@ func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (
 			held.costs = append([]int(nil), s.costs[:s.n]...)
 		}
 	}
-	s.reset()
-	scratches.Put(s)
 	if d.Allowed() && d.Result.Delay > 0 {
 		if err := sleep(q.Context, d.Result.Delay); err != nil {
 			d.Outcome, d.Status, d.Err = OutcomeError, http.StatusServiceUnavailable, err
@@ -258,27 +255,16 @@ func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (
 	return d, held
 }
 
-// scratch is what a decision of a request is worked out in: the limits
-// and their scopes as core takes them, and every limit's result. Pooled:
-// the arrays would not stay on the stack, since core is reached through a
-// function value (package bridge), which escape analysis cannot follow.
+// scratch is what a decision of a request is worked out in, on the stack
+// of policy.decide: the limits and their scopes as the engine takes them,
+// and every limit's result, which the headers read after the decision.
 type scratch struct {
 	n      int // how many of each array are used
-	scopes [bridge.MaxLimits]string
-	limits [bridge.MaxLimits]core.Limit
-	each   [bridge.MaxLimits]core.Result
-	costs  [bridge.MaxLimits]int // with budgets: each limit's cost
+	scopes [engine.MaxLimits]string
+	limits [engine.MaxLimits]engine.Limit
+	each   [engine.MaxLimits]engine.Result
+	costs  [engine.MaxLimits]int // with budgets: each limit's cost
 	held   *core.Reservation     // an allowed decision's, when it was a reservation
-}
-
-var scratches = sync.Pool{New: func() any { return new(scratch) }}
-
-// reset drops the references the arrays hold.
-func (s *scratch) reset() {
-	clear(s.scopes[:s.n])
-	clear(s.limits[:s.n])
-	clear(s.each[:s.n])
-	s.n, s.held = 0, nil
 }
 
 // verdict decides q: skip, key, limits, one decision on Redis (the
@@ -305,29 +291,25 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 	ctx := q.Context
 
 	s.n = len(quotas)
-	scopes, limits, each := s.scopes[:s.n], s.limits[:s.n], s.each[:s.n]
-	for i, q := range quotas {
-		scopes[i], limits[i] = q.scope, q.limit
+	n := s.n
+	ask := engine.Request{Key: d.Key, Scopes: s.scopes[:n], Limits: s.limits[:n], N: p.cost, Each: s.each[:n]}
+	for i, quota := range quotas {
+		ask.Scopes[i], ask.Limits[i] = quota.scope, quota.limit
 	}
-	costs, upTo := s.costs[:s.n], uint32(0) // what the fallback charges, should it decide
+	costs, upTo := s.costs[:n], uint32(0) // what the fallback charges, should it decide
 	if p.budgets != nil {
 		costs, upTo = p.reservedCosts(q, costs)
+		ask.Costs, ask.UpTo = costs, upTo
 	}
-	if p.budgets != nil || p.ResponseCost != nil || holdsSlots(limits) {
-		var held *core.Reservation
-		if p.budgets != nil {
-			held, d.binding, d.Err = reserveEach(p.lim, ctx, d.Key, scopes, limits, costs, upTo, each)
-		} else {
-			held, d.binding, d.Err = reserve(p.lim, ctx, d.Key, scopes, limits, p.cost, each)
+	ask.Reserve = p.budgets != nil || p.ResponseCost != nil || holdsSlots(ask.Limits)
+	var res engine.Result
+	var held *engine.Reservation
+	res, d.binding, held, d.Err = p.lim.Decide(ctx, &ask)
+	if d.Err == nil {
+		d.Result = result(res)
+		if held != nil && res.Allowed {
+			s.held = (*core.Reservation)(held)
 		}
-		if d.Err == nil {
-			d.Result = held.Result()
-			if d.Result.Allowed {
-				s.held = held
-			}
-		}
-	} else {
-		d.Result, d.binding, d.Err = decide(p.lim, ctx, d.Key, scopes, limits, p.cost, each)
 	}
 	switch {
 	case d.Err == nil:
@@ -346,7 +328,8 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 					costs[i] = p.cost
 				}
 			}
-			d.Result, d.binding = p.local(d.Key, scopes, limits, costs, upTo, each)
+			res, d.binding = p.local.Allow(d.Key, ask.Scopes, ask.Limits, costs, upTo, ask.Each)
+			d.Result = result(res)
 			d.Outcome = OutcomeLocal
 		case p.failure == FailClosed && !p.dryRun:
 			d.Outcome, d.Status = OutcomeError, http.StatusServiceUnavailable
@@ -377,7 +360,7 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 	d.Status = http.StatusTooManyRequests
 	d.retryAfter = p.answer.retryAfter(d.Result.RetryAfter)
 	if p.answer.problem {
-		d.violated = violated(quotas, each)
+		d.violated = violated(quotas, ask.Each)
 	}
 	return d, quotas
 }
@@ -438,8 +421,8 @@ func (p *policy) requestQuotas(q *Request) ([]quota, error) {
 		return nil, pickError{err}
 	case limits == nil:
 		return p.quotas, nil
-	case len(limits)+p.inherits+p.spent > bridge.MaxLimits:
-		return nil, fmt.Errorf("%w: the request picked %d limits; at most %d", core.ErrInvalidLimit, len(limits), bridge.MaxLimits-p.inherits-p.spent)
+	case len(limits)+p.inherits+p.spent > engine.MaxLimits:
+		return nil, fmt.Errorf("%w: the request picked %d limits; at most %d", core.ErrInvalidLimit, len(limits), engine.MaxLimits-p.inherits-p.spent)
 	}
 	// The cost was checked against the policy's own limits; these are
 	// others. An invalid limit (no capacity) is core's to report.
@@ -502,9 +485,9 @@ func (p *policy) reportDryRun(ctx context.Context, res core.Result) {
 
 // holdsSlots reports whether a limit holds slots in flight (Concurrency),
 // which only a reservation may take.
-func holdsSlots(limits []core.Limit) bool {
+func holdsSlots(limits []engine.Limit) bool {
 	for _, l := range limits {
-		if l.Algorithm == core.Concurrency {
+		if l.Algorithm == engine.Concurrency {
 			return true
 		}
 	}
@@ -536,6 +519,21 @@ func hashLong(key string) string {
 	}
 	sum := sha256.Sum256([]byte(key))
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// engineLimits returns limits as the engine takes them.
+func engineLimits(limits []core.Limit) []engine.Limit {
+	out := make([]engine.Limit, len(limits))
+	for i, l := range limits {
+		out[i] = engine.Limit(l)
+	}
+	return out
+}
+
+// result returns the engine's result as core's.
+func result(r engine.Result) core.Result {
+	return core.Result{Limit: core.Limit(r.Limit), Allowed: r.Allowed, Remaining: r.Remaining, RetryAfter: r.RetryAfter,
+		ResetAfter: r.ResetAfter, NextAfter: r.NextAfter, Delay: r.Delay, Cached: r.Cached}
 }
 
 // formatLimits writes limits as core.ParseLimits reads them.

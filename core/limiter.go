@@ -3,18 +3,19 @@ package core
 import (
 	"context"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/internal/engine"
 )
 
 // DefaultTimeout bounds each decision unless WithTimeout says otherwise.
 const DefaultTimeout = 100 * time.Millisecond
 
-// maxKeyLen is the longest key, in bytes, a Limiter accepts.
-const maxKeyLen = 1024
+// DefaultDenyCacheKeys is how many denied decisions a Limiter remembers
+// unless WithDenyCache says otherwise: at most about 5 MB.
+const DefaultDenyCacheKeys = 10_000
 
 // Limiter makes rate-limit decisions, each one atomic Lua script on Redis.
 //
@@ -33,34 +34,16 @@ const maxKeyLen = 1024
 // State lives under keys named "<prefix>{<key>}:<algorithm>:<period>", so
 // a limit whose Rate or Burst changes keeps its state, and limits of
 // different periods or algorithms on one key keep apart.
-type Limiter struct {
-	prefix   string
-	clock    func() time.Time // nil: the Redis server's
-	timeout  time.Duration
-	log      *slog.Logger
-	engine   *engine
-	deny     *denyCache  // nil: off
-	leases   sync.Map    // prefetched allowance: a decision's cache id -> *lease (prefetch.go)
-	sweeping atomic.Bool // a goroutine sweeps leases
-	peers    peers       // how many instances share the keys, for FailLocal (peers.go)
-	releaser releaser    // frees the slots of failed settlements (release.go)
-	// fixedPrefetch makes every fetch ask for Prefetch events rather than
-	// adapt; only tests and benchmarks that compare the two set it.
-	fixedPrefetch bool
+type Limiter engine.Limiter
 
-	// set by options, read by New
-	batch, pipelines int
-	batchScript      bool
-	breakerAfter     time.Duration
-	denyKeys         int
-	denyMaxAge       time.Duration
-	// localClock replaces time.Now for the deny cache when clock is nil;
-	// only tests set it (export_test.go).
-	localClock func() time.Time
-}
+// e is the engine's Limiter l is.
+func (l *Limiter) e() *engine.Limiter { return (*engine.Limiter)(l) }
 
 // Option configures a Limiter in New.
-type Option func(*Limiter)
+type Option func(*options)
+
+// options are the settings New reads.
+type options = engine.Config
 
 // WithPrefix sets the string every Redis key starts with; the default is
 // "redlimit:", and "" means none. Limiters with different prefixes never
@@ -70,7 +53,7 @@ type Option func(*Limiter)
 // Cluster hash tag off the key nor pass for another prefix and a scope:
 // "redlimit:" stays, "redlimit:pod-7:" is written "redlimit%3Apod-7:".
 func WithPrefix(prefix string) Option {
-	return func(l *Limiter) { l.prefix = prefix }
+	return func(c *options) { c.Prefix = prefix }
 }
 
 // WithClock makes the Limiter read time from now and pass it to the
@@ -79,7 +62,7 @@ func WithPrefix(prefix string) Option {
 // tests: every process sharing keys must otherwise have closely
 // synchronised clocks.
 func WithClock(now func() time.Time) Option {
-	return func(l *Limiter) { l.clock = now }
+	return func(c *options) { c.Clock = now }
 }
 
 // WithTimeout bounds each decision: past d without an answer from Redis, it
@@ -87,7 +70,7 @@ func WithClock(now func() time.Time) Option {
 // default is DefaultTimeout; 0 (or less) means none, so that only the
 // context bounds a decision. The context always does, whichever ends first.
 func WithTimeout(d time.Duration) Option {
-	return func(l *Limiter) { l.timeout = max(0, d) }
+	return func(c *options) { c.Timeout = max(0, d) }
 }
 
 // WithBatchScript sets whether a batch of decisions sent to a single Redis
@@ -96,7 +79,7 @@ func WithTimeout(d time.Duration) Option {
 // decisions of one key do. The default is on; turn it off behind a proxy
 // that routes a script by its first key (twemproxy, Envoy's Redis proxy).
 func WithBatchScript(on bool) Option {
-	return func(l *Limiter) { l.batchScript = on }
+	return func(c *options) { c.BatchScript = on }
 }
 
 // WithDenyCache sets how many denied keys the Limiter remembers, to answer
@@ -104,7 +87,7 @@ func WithBatchScript(on bool) Option {
 // The default is DefaultDenyCacheKeys; 0 (or less) turns the cache off.
 // When full, it forgets the least recently denied key.
 func WithDenyCache(keys int) Option {
-	return func(l *Limiter) { l.denyKeys = max(0, keys) }
+	return func(c *options) { c.DenyKeys = max(0, keys) }
 }
 
 // WithDenyCacheMaxAge bounds how long the deny cache answers for a key
@@ -112,7 +95,7 @@ func WithDenyCache(keys int) Option {
 // through another Limiter takes effect here within it. The default is 1 s;
 // 0 (or less) turns the cache off.
 func WithDenyCacheMaxAge(d time.Duration) Option {
-	return func(l *Limiter) { l.denyMaxAge = max(0, d) }
+	return func(c *options) { c.DenyMaxAge = max(0, d) }
 }
 
 // WithBreaker sets how long decisions must keep failing (at least three
@@ -128,7 +111,7 @@ func WithDenyCacheMaxAge(d time.Duration) Option {
 // decision's alone and counts as an answer. The default is 500 ms; 0 (or
 // less) turns the breaker off.
 func WithBreaker(after time.Duration) Option {
-	return func(l *Limiter) { l.breakerAfter = max(0, after) }
+	return func(c *options) { c.BreakerAfter = max(0, after) }
 }
 
 // WithLogger sets where the Limiter, and the HTTP policies built on it,
@@ -137,7 +120,7 @@ func WithBreaker(after time.Duration) Option {
 // decision above debug level. The default is slog.Default() when New
 // runs; nil restores it.
 func WithLogger(log *slog.Logger) Option {
-	return func(l *Limiter) { l.log = log }
+	return func(c *options) { c.Log = log }
 }
 
 // New returns a Limiter that runs its scripts on rdb: a *redis.Client,
@@ -146,25 +129,11 @@ func WithLogger(log *slog.Logger) Option {
 // if rdb is nil, a programming error better found at start-up than on the
 // first request.
 func New(rdb redis.Scripter, opts ...Option) *Limiter {
-	if rdb == nil {
-		panic("redlimit: core.New: nil redis client")
-	}
-	l := &Limiter{prefix: "redlimit:", timeout: DefaultTimeout, batchScript: true,
-		batch: defaultBatchSize, pipelines: defaultPipelines,
-		denyKeys: DefaultDenyCacheKeys, denyMaxAge: defaultDenyCacheMaxAge, breakerAfter: defaultBreakerAfter}
+	c := engine.DefaultConfig()
 	for _, opt := range opts {
-		opt(l)
+		opt(&c)
 	}
-	if l.log == nil {
-		l.log = slog.Default()
-	}
-	l.prefix = escapePrefix(l.prefix)
-	l.peers.id = l.nextID()
-	l.engine = newEngine(rdb, l.batch, l.pipelines, l.batchScript, l.breakerAfter, l.log)
-	if l.denyKeys > 0 && l.denyMaxAge > 0 {
-		l.deny = newDenyCache(l.denyKeys, l.denyMaxAge)
-	}
-	return l
+	return (*Limiter)(engine.New(rdb, c))
 }
 
 // Allow is AllowN(ctx, key, limit, 1).
@@ -183,9 +152,8 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // wraps the cause (errors.Is works): ErrTimeout, ErrUnavailable, the
 // context's error, or the client's.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	limits := [1]Limit{limit}
-	res, _, err := l.decide(ctx, key, nil, limits[:], n, nil)
-	return res, err
+	res, err := l.e().AllowN(ctx, key, engine.Limit(limit), n)
+	return result(res), err
 }
 
 // AllowAll admits n events for key only if every limit allows them, in one
@@ -201,8 +169,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (R
 // allowed. An n above any limit's burst is never allowed (RetryAfter
 // InfDuration) and consumes nothing. Errors are as AllowN's.
 func (l *Limiter) AllowAll(ctx context.Context, key string, limits []Limit, n int) (Result, error) {
-	res, _, err := l.decide(ctx, key, nil, limits, n, nil)
-	return res, err
+	var buf [engine.MaxLimits]engine.Limit
+	res, err := l.e().AllowAll(ctx, key, convert(limits, &buf), n)
+	return result(res), err
 }
 
 // Reset forgets the state of key under limit (its algorithm, variant and
@@ -210,48 +179,9 @@ func (l *Limiter) AllowAll(ctx context.Context, key string, limits []Limit, n in
 // cache forget every denial that involved it. Other limits' state for the
 // same key is untouched. It is bounded like a decision.
 func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
-	return l.reset(ctx, "", key, limit)
-}
-
-// Stats are a Limiter's counters, for metrics. Every counter starts at 0
-// when New returns and only grows.
-type Stats struct {
-	// BreakerOpen is true while a breaker is open: Redis (on a Cluster or
-	// Ring, one of its nodes) kept failing, and decisions on its keys fail
-	// at once with ErrUnavailable while the Limiter probes it (see
-	// WithBreaker).
-	BreakerOpen bool
-	// BreakerOpens counts the times a breaker opened since New, every
-	// node's on a Cluster or Ring: as a counter it shows an opening even if
-	// the breaker closed again before a metrics scrape.
-	BreakerOpens uint64
-	// FailedSettlements counts the settlements (Settle, Release, and a
-	// prefetch's give-back of events it did not use) that returned an
-	// error from Redis or the engine since New: a timeout, a lost
-	// connection, an open breaker (ErrUnavailable). An invalid cost or a
-	// second settlement (ErrSettled) is not counted.
-	FailedSettlements uint64
-	// RetriedReleases counts the failed settlements whose Concurrency
-	// slots the Limiter then freed in the background (a retried release
-	// that Redis answered).
-	RetriedReleases uint64
-	// AbandonedReleases counts the failed settlements whose slots the
-	// Limiter stopped trying to free: their lease ended first (it frees
-	// them), the key held another type, or too many waited to be retried.
-	AbandonedReleases uint64
+	return l.e().Reset(ctx, "", key, engine.Limit(limit))
 }
 
 // Stats returns the Limiter's counters. It is cheap and safe for
 // concurrent use.
-func (l *Limiter) Stats() Stats {
-	l.engine.forgetting.Lock()
-	defer l.engine.forgetting.Unlock()
-	s := Stats{BreakerOpens: l.engine.goneOpens.Load(), FailedSettlements: l.releaser.failed.Load(),
-		RetriedReleases: l.releaser.retried.Load(), AbandonedReleases: l.releaser.abandoned.Load()}
-	l.engine.eachLane(func(ln *lane) {
-		open := ln.breaker.open.Load()
-		s.BreakerOpen = s.BreakerOpen || open
-		s.BreakerOpens += ln.breaker.opens.Load() // after open: an open breaker's opening is counted
-	})
-	return s
-}
+func (l *Limiter) Stats() Stats { return Stats(l.e().Stats()) }

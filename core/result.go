@@ -3,6 +3,8 @@ package core
 import (
 	"math"
 	"time"
+
+	"github.com/redlimit/redlimit/internal/engine"
 )
 
 // Result is the outcome of one decision.
@@ -40,26 +42,36 @@ type Result struct {
 // whose cost exceeds the limit's burst.
 const InfDuration = time.Duration(math.MaxInt64)
 
-// binding returns the result of a decision of several limits from each
-// limit's own result, and its index: the denying limit's with the longest
-// RetryAfter, or, when all allow, the one with the fewest Remaining (the
-// first of equals); with the longest ResetAfter of all, and the longest
-// Delay when allowed. results must not be empty.
-func binding(results []Result) (Result, int) {
-	b, reset, delay := 0, results[0].ResetAfter, results[0].Delay
-	for i, r := range results[1:] {
-		best := results[b]
-		if best.Allowed && !r.Allowed ||
-			!best.Allowed && !r.Allowed && r.RetryAfter > best.RetryAfter ||
-			best.Allowed && r.Allowed && r.Remaining < best.Remaining {
-			b = i + 1
-		}
-		reset, delay = max(reset, r.ResetAfter), max(delay, r.Delay)
-	}
-	res := results[b]
-	res.ResetAfter, res.Delay = reset, delay
-	if !res.Allowed {
-		res.Delay = 0
-	}
-	return res, b
+// Stats are a Limiter's counters, for metrics. Every counter starts at 0
+// when New returns and only grows.
+type Stats struct {
+	// BreakerOpen is true while a breaker is open: Redis (on a Cluster or
+	// Ring, one of its nodes) kept failing, and decisions on its keys fail
+	// at once with ErrUnavailable while the Limiter probes it (see
+	// WithBreaker).
+	BreakerOpen bool
+	// BreakerOpens counts the times a breaker opened since New, every
+	// node's on a Cluster or Ring: as a counter it shows an opening even if
+	// the breaker closed again before a metrics scrape.
+	BreakerOpens uint64
+	// FailedSettlements counts the settlements (Settle, Release, and a
+	// prefetch's give-back of events it did not use) that returned an
+	// error from Redis or the engine since New: a timeout, a lost
+	// connection, an open breaker (ErrUnavailable). An invalid cost or a
+	// second settlement (ErrSettled) is not counted.
+	FailedSettlements uint64
+	// RetriedReleases counts the failed settlements whose Concurrency
+	// slots the Limiter then freed in the background (a retried release
+	// that Redis answered).
+	RetriedReleases uint64
+	// AbandonedReleases counts the failed settlements whose slots the
+	// Limiter stopped trying to free: their lease ended first (it frees
+	// them), the key held another type, or too many waited to be retried.
+	AbandonedReleases uint64
+}
+
+// result converts the engine's result.
+func result(r engine.Result) Result {
+	return Result{Limit: Limit(r.Limit), Allowed: r.Allowed, Remaining: r.Remaining, RetryAfter: r.RetryAfter,
+		ResetAfter: r.ResetAfter, NextAfter: r.NextAfter, Delay: r.Delay, Cached: r.Cached}
 }

@@ -1,4 +1,4 @@
-package core
+package engine
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/redlimit/redlimit/internal/bridge"
 )
 
 // decision is one decision on its way: what prepare works out of its
@@ -28,60 +26,90 @@ type decision struct {
 	// none; more asks the script for up to that many events beyond n (a
 	// fetch, prefetch.go), and got is how many it granted.
 	prefetch, more, got int
-	infos               [bridge.MaxLimits]*limitInfo
-	keys                [bridge.MaxLimits]string
-	costs               [bridge.MaxLimits]int   // each limit's cost
-	marks               [bridge.MaxLimits]int64 // what the reply said each limit's settlement needs
+	infos               [MaxLimits]*limitInfo
+	keys                [MaxLimits]string
+	costs               [MaxLimits]int   // each limit's cost
+	marks               [MaxLimits]int64 // what the reply said each limit's settlement needs
 }
 
-// decide makes a decision of n events for id under limits, each kept in
-// its scope (scopes may be nil), in these steps:
+// Request is one decision: n events, or a cost per limit, for a key
+// under every limit, each kept in its scope. core's methods make the
+// simple ones; the HTTP layer fills every field.
+type Request struct {
+	Key    string
+	Limits []Limit
+	// Scopes, if not nil, holds each limit's scope ("" for none): the HTTP
+	// layer's policy names, so that two policies' equal limits keep apart.
+	Scopes []string
+	// N is each limit's cost, unless Costs holds one per limit.
+	N     int
+	Costs []int
+	// UpTo's bit i lets Limits[i] take up to Costs[i]: as many as it has
+	// left, if any, else it denies (its RetryAfter is until one is back).
+	// An allowed decision writes what each such limit took into Costs[i],
+	// which a SettleEach settles from.
+	UpTo uint32
+	// Reserve makes a reservation to settle: Concurrency limits may be
+	// decided only so.
+	Reserve bool
+	// Each, if not nil (as long as Limits), receives every limit's own
+	// result.
+	Each []Result
+}
+
+// Decide decides q in these steps:
 //
-//  1. prepare: check the key, the limits and the cost; name each limit's state;
+//  1. prepare: check the key, the limits and the costs; name each limit's
+//     state;
 //  2. prefetched allowance, if the limits set Prefetch, answers in process
 //     (prefetch.go), or fetches more with the steps below;
 //  3. the deny cache: a denial Redis gave moments ago answers at once;
-//  4. ask: one script call, through the breaker and the engine;
+//  4. ask: one script call, through the carrier (carrier.go);
 //  5. read: each limit's result from the reply, and the binding one;
 //  6. remember a denial in the deny cache.
 //
-// It stores each limit's own result in each, if not nil (as long as
-// limits), and returns the binding result and its index.
-func (l *Limiter) decide(ctx context.Context, id string, scopes []string, limits []Limit, n int, each []Result) (Result, int, error) {
-	res, i, _, err := l.decision(ctx, id, scopes, limits, n, nil, 0, each, false)
-	return res, i, err
-}
-
-// decision is decide, which, when reserve is set, also takes Concurrency
-// limits and returns the Reservation of an allowed decision. costs, if not
-// nil, is each limit's cost in place of n; bit i of upTo lets limits[i]
-// take up to costs[i] (see decision.upTo), and an allowed decision then
-// writes what it took into costs[i].
-func (l *Limiter) decision(ctx context.Context, id string, scopes []string, limits []Limit, n int, costs []int, upTo uint32, each []Result, reserve bool) (Result, int, *Reservation, error) {
-	d := decision{upTo: upTo}
-	if err := l.prepare(&d, id, scopes, limits, n, costs); err != nil {
+// It returns the binding result and its index in q.Limits; for a
+// reservation (q.Reserve), the Reservation, never nil without an error (a
+// denied one holds nothing).
+func (l *Limiter) Decide(ctx context.Context, q *Request) (Result, int, *Reservation, error) {
+	d := decision{upTo: q.UpTo}
+	if err := l.prepare(&d, q.Key, q.Scopes, q.Limits, q.N, q.Costs); err != nil {
 		return Result{}, 0, nil, err
 	}
-	if d.holds && !reserve {
+	if d.holds && !q.Reserve {
 		return Result{}, 0, nil, fmt.Errorf("%w: a %s limit holds its slots until they are released: decide it with Reserve, not AllowN or AllowAll", ErrInvalidLimit, Concurrency)
 	}
-	if reserve {
+	if q.Reserve {
 		d.rid = l.nextID()
 	}
-	var buf [bridge.MaxLimits]Result
-	results := buf[:len(limits)]
-	if each != nil {
-		results = each[:len(limits)]
+	var buf [MaxLimits]Result
+	results := buf[:len(q.Limits)]
+	if q.Each != nil {
+		results = q.Each[:len(q.Limits)]
 	}
-	if d.prefetch > 0 && !reserve && d.n > 0 && !d.never {
-		res, i, err := l.prefetched(ctx, &d, id, limits, results)
-		return res, i, nil, err
+	var res Result
+	var i int
+	var r *Reservation
+	var err error
+	if d.prefetch > 0 && !q.Reserve && d.n > 0 && !d.never {
+		res, i, err = l.prefetched(ctx, &d, q.Key, q.Limits, results)
+	} else {
+		res, i, r, err = l.remote(ctx, &d, q.Key, q.Limits, results, q.Reserve)
 	}
-	res, i, r, err := l.remote(ctx, &d, id, limits, results, reserve)
-	if upTo != 0 && err == nil && res.Allowed {
-		copy(costs, d.costs[:d.k])
+	switch {
+	case err != nil:
+		return Result{}, 0, nil, err
+	case !q.Reserve: // a fetch's reservation is the lease's (prefetch.go)
+		r = nil
+	case r == nil: // denied, or n = 0: nothing to settle
+		r = &Reservation{res: res}
+	default:
+		r.res = res
 	}
-	return res, i, r, err
+	if q.UpTo != 0 && res.Allowed {
+		copy(q.Costs, d.costs[:d.k])
+	}
+	return res, i, r, nil
 }
 
 // remote is a decision's steps from the deny cache on: it asks Redis. It
@@ -152,8 +180,8 @@ func (l *Limiter) prepare(d *decision, id string, scopes []string, limits []Limi
 	if err := l.checkKey(id); err != nil {
 		return err
 	}
-	if len(limits) == 0 || len(limits) > bridge.MaxLimits {
-		return fmt.Errorf("%w: %d limits in one decision; want 1 to %d", ErrInvalidLimit, len(limits), bridge.MaxLimits)
+	if len(limits) == 0 || len(limits) > MaxLimits {
+		return fmt.Errorf("%w: %d limits in one decision; want 1 to %d", ErrInvalidLimit, len(limits), MaxLimits)
 	}
 	if costs != nil && len(costs) != len(limits) {
 		return fmt.Errorf("%w: %d costs for %d limits", ErrInvalidCost, len(costs), len(limits))
@@ -271,7 +299,7 @@ func (l *Limiter) limitsCall(s *script, keys []string, now time.Time, rid string
 
 // run sends c through the engine and returns its reply.
 func (l *Limiter) run(ctx context.Context, c *call) ([]int64, error) {
-	reply, err := l.engine.run(ctx, c, l.timeout)
+	reply, err := l.carrier.run(ctx, c, l.timeout)
 	if err == nil {
 		l.heartbeat()
 	}
@@ -316,7 +344,7 @@ func (l *Limiter) reset(ctx context.Context, scope, key string, limit Limit) err
 // checkKey reports whether the Limiter can store state for key.
 func (l *Limiter) checkKey(key string) error {
 	switch {
-	case l.engine == nil:
+	case l.carrier == nil:
 		return errors.New("redlimit: Limiter is not initialised; create it with core.New")
 	case key == "":
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)

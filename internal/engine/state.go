@@ -1,4 +1,4 @@
-package core
+package engine
 
 import (
 	"fmt"
@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redlimit/redlimit/internal/bridge"
 )
 
 // A limit keeps its state for a key in Redis under a name made of the
@@ -127,17 +125,17 @@ func scopeOf(scopes []string, i int) string {
 	return scopes[i]
 }
 
-// checkLimits reports whether limits, each in its scope (scopes may be
-// nil: all ""), can be decided together: 1 to bridge.MaxLimits valid
+// CheckLimits reports whether limits, each in its scope (scopes may be
+// nil: all ""), can be decided together: 1 to MaxLimits valid
 // limits, no two of which would share state. Errors wrap ErrInvalidLimit.
-func checkLimits(scopes []string, limits []Limit) error {
-	if len(limits) == 0 || len(limits) > bridge.MaxLimits {
-		return fmt.Errorf("%w: %d limits in one decision; want 1 to %d", ErrInvalidLimit, len(limits), bridge.MaxLimits)
+func CheckLimits(scopes []string, limits []Limit) error {
+	if len(limits) == 0 || len(limits) > MaxLimits {
+		return fmt.Errorf("%w: %d limits in one decision; want 1 to %d", ErrInvalidLimit, len(limits), MaxLimits)
 	}
 	if scopes != nil && len(scopes) != len(limits) {
 		return fmt.Errorf("redlimit: %d scopes for %d limits", len(scopes), len(limits))
 	}
-	var buf [bridge.MaxLimits]*limitInfo
+	var buf [MaxLimits]*limitInfo
 	for i, l := range limits {
 		info, err := infos.get(l)
 		if err != nil {
@@ -231,4 +229,15 @@ func lenOf(m *map[Limit]*limitInfo) int {
 		return 0
 	}
 	return len(*m)
+}
+
+// StateNames returns what tells l's state apart from other limits' of one
+// key and scope: its algorithm's variant ("gcra", "token_bucket:stepped")
+// and its period as keys write it ("1m", "10s"); "", "" if l is invalid.
+func StateNames(l Limit) (variant, period string) {
+	info, err := infos.get(l)
+	if err != nil {
+		return "", ""
+	}
+	return info.d.suffix, info.period
 }

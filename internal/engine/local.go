@@ -1,15 +1,13 @@
-package core
+package engine
 
 import (
 	"sync"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
-
-	"github.com/redlimit/redlimit/internal/bridge"
 )
 
-// localLimiter stands in for Redis while it is unreachable (the HTTP
+// Local stands in for Redis while it is unreachable (the HTTP
 // layer's FailLocal): every limit as GCRA with its Rate, Period and Burst,
 // whatever its algorithm, in process memory, all or nothing as Redis
 // would. Each instance enforces its share of each limit: the limit divided
@@ -19,31 +17,45 @@ import (
 // as Redis's are (state.go), and it holds at most max of them in an LRU
 // (hashicorp/golang-lru's simplelru, under one lock so that the limits of
 // one decision are decided together). Time is the process's clock.
-type localLimiter struct {
+type Local struct {
 	mu    sync.Mutex
 	tat   *simplelru.LRU[string, gcraTAT] // theoretical arrival time per state
 	now   func() time.Time
 	share func() int // how many instances share the limits, at least 1
 }
 
-func newLocalLimiter(max int, share func() int) *localLimiter {
+// Fallback returns a new Local for l's keys, holding at most keys states,
+// which counts from then on the instances that share l's keys (peers.go)
+// and enforces its share; for the zero Limiter, all of each limit.
+func (l *Limiter) Fallback(keys int) *Local {
+	share := func() int { return 1 }
+	if l != nil && l.carrier != nil {
+		l.peers.on.Store(true)
+		share = l.peers.share
+	}
+	return NewLocal(keys, share, time.Now)
+}
+
+// NewLocal returns a Local of at most max states that enforces a
+// share()-th of each limit on the clock now.
+func NewLocal(max int, share func() int, now func() time.Time) *Local {
 	tat, err := simplelru.NewLRU[string, gcraTAT](max, nil)
 	if err != nil { // only for max < 1
 		panic(err)
 	}
-	return &localLimiter{tat: tat, now: time.Now, share: share}
+	return &Local{tat: tat, now: now, share: share}
 }
 
-// allow decides costs[i] events of key under limits[i], each in its
+// Allow decides costs[i] events of key under limits[i], each in its
 // scope, all or nothing, fills each (as long as limits) and returns the
 // binding result and its index. A limit whose bit of upTo is set (1<<i)
 // takes up to costs[i], as Redis does (ReserveEach): as many as its share
 // has left, or 1 (denied) when none is. The limits must have passed
-// checkLimits.
-func (l *localLimiter) allow(key string, scopes []string, limits []Limit, costs []int, upTo uint32, each []Result) (Result, int) {
-	var stateBuf [bridge.MaxLimits]string
-	var tatBuf [bridge.MaxLimits]gcraTAT
-	var infoBuf [bridge.MaxLimits]*limitInfo
+// CheckLimits.
+func (l *Local) Allow(key string, scopes []string, limits []Limit, costs []int, upTo uint32, each []Result) (Result, int) {
+	var stateBuf [MaxLimits]string
+	var tatBuf [MaxLimits]gcraTAT
+	var infoBuf [MaxLimits]*limitInfo
 	states, tats := stateBuf[:len(limits)], tatBuf[:len(limits)]
 	now := l.now().UnixMicro()
 	share := l.share()
@@ -106,8 +118,8 @@ func localGCRA(limit Limit, info *limitInfo, share int, tat gcraTAT, now int64, 
 	return res, tat
 }
 
-// size returns how many states are kept.
-func (l *localLimiter) size() int {
+// Size returns how many states are kept.
+func (l *Local) Size() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.tat.Len()

@@ -1,4 +1,4 @@
-package core
+package engine
 
 import (
 	"context"
@@ -33,7 +33,7 @@ import (
 // trip (transport.go). So batches grow with load. Without
 // ContextTimeoutEnabled go-redis bounds a read only by its ReadTimeout
 // (seconds), so every call is queued: only a sender's wait can be left.
-type engine struct {
+type carrier struct {
 	transport
 	batch   int           // most calls per round trip
 	senders int           // most round trips in flight per lane
@@ -68,8 +68,8 @@ const (
 // errQueueFull is returned at once when the queue is full.
 var errQueueFull = fmt.Errorf("%w: too many decisions waiting for Redis", ErrUnavailable)
 
-func newEngine(rdb redis.Scripter, batch, senders int, batchScript bool, after time.Duration, log *slog.Logger) *engine {
-	e := &engine{batch: batch, senders: senders, after: after, log: log,
+func newCarrier(rdb redis.Scripter, batch, senders int, batchScript bool, after time.Duration, log *slog.Logger) *carrier {
+	e := &carrier{batch: batch, senders: senders, after: after, log: log,
 		queued: max(batch*senders*queuePerSender, 1024)}
 	e.linger.Store(int64(senderLinger))
 	e.transport.init(rdb, batch, batchScript, log)
@@ -86,7 +86,7 @@ func newEngine(rdb redis.Scripter, batch, senders int, batchScript bool, after t
 }
 
 // lane returns the lane that carries calls on key.
-func (e *engine) lane(ctx context.Context, key string) *lane {
+func (e *carrier) lane(ctx context.Context, key string) *lane {
 	if e.route == nil {
 		return e.main
 	}
@@ -105,7 +105,7 @@ func (e *engine) lane(ctx context.Context, key string) *lane {
 // breaker is open: a Cluster's or Ring's nodes may change over a process's
 // life, and a lane holds its node's client. A decision that found the lane
 // just before still runs on it; the next one makes a new lane.
-func (e *engine) forget(ln *lane) {
+func (e *carrier) forget(ln *lane) {
 	if ln.node == nil || ln.breaker.open.Load() || ln.breaker.probing.Load() {
 		return
 	}
@@ -117,14 +117,14 @@ func (e *engine) forget(ln *lane) {
 }
 
 // eachLane calls f for every lane.
-func (e *engine) eachLane(f func(*lane)) {
+func (e *carrier) eachLane(f func(*lane)) {
 	f(e.main)
 	e.lanes.Range(func(_, ln any) bool { f(ln.(*lane)); return true })
 }
 
 // reloadSoon asks a Cluster client to reread its slot map, at most once
 // per reloadEvery: after a node failed, its slots may have a new master.
-func (e *engine) reloadSoon() {
+func (e *carrier) reloadSoon() {
 	if e.reload == nil {
 		return
 	}
@@ -138,7 +138,7 @@ func (e *engine) reloadSoon() {
 
 // lane is the work for one Redis server: its queue, senders and breaker.
 type lane struct {
-	e       *engine
+	e       *carrier
 	node    *redis.Client // the node on a Cluster or Ring; nil: the engine's client
 	breaker breaker
 	busy    atomic.Int32 // round trips in flight, a sender's or a direct caller's
@@ -160,7 +160,7 @@ type seenError struct {
 // causeMaxAge: a lane's last error this recent is named as a timeout's cause.
 const causeMaxAge = 2 * time.Second
 
-func (e *engine) newLane(node *redis.Client) *lane {
+func (e *carrier) newLane(node *redis.Client) *lane {
 	ln := &lane{e: e, node: node}
 	ln.breaker = breaker{after: e.after, log: e.log, probe: ln.probe, probed: e.reloadSoon}
 	if node != nil {
@@ -309,7 +309,7 @@ var timers = sync.Pool{New: func() any {
 
 // run sends c through its lane's breaker and returns its reply, waiting
 // at most timeout (none when it is 0) and no longer than ctx. It takes c.
-func (e *engine) run(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
+func (e *carrier) run(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
 	ln := e.lane(ctx, c.keys[0])
 	if err := ln.breaker.admit(); err != nil {
 		c.recycle()
