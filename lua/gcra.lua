@@ -74,23 +74,10 @@ algorithms.gcra = {args = 3, decide = function(key, cost, at, commit)
   return allowed, l, retry, math.ceil(x / drip), 0, after, mark
 end}
 --- settle ---
--- settle moves the backlog up by a charge, or down by a refund as far as
--- the meter holds the reservation's events (meter.lua) and the floor
--- allows; a prefetch's give-back lowers the floor it set.
+-- settle: a charge or a refund (settle_meter, meter.lua), stored as kept.
 algorithms.gcra.settle = function(key, delta, at, remaining, reset, next, mark)
   local unit, drip = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
   local backlog, f, b, a, p, kept = gcra_state(key, drip)
-  if delta < 0 then
-    local want = -delta * unit
-    if rid == '+' and f == reserved + reset and held(mark, backlog, a, b, p) >= want then
-      f = f - math.floor(want / drip) -- its own floor goes down with it
-    end
-    backlog, p = refund(want, mark, backlog, math.max(0, (f - now) * drip), a, b, p)
-  else
-    b, a, p = restart(backlog, b, a, p)
-    local after = math.min(backlog + delta * unit, max_units)
-    a = a + after - backlog -- one assignment each: miniredis assigns as it goes
-    backlog = after
-  end
+  backlog, f, b, a, p = settle_meter(delta, unit, drip, max_units, backlog, f, b, a, p, reset, mark)
   gcra_store(key, drip, backlog, f, b, a, p, kept)
 end
