@@ -20,7 +20,7 @@
 -- unwritten. x: the backlog; ceil(n / d) is (n + -n % d) / d.
 if name == 'gcra' then
   local unit, drip, raw = ARGV[at] + 0, ARGV[at + 1], redis.call('GET', key)
-  local t, q, b, a, x = tonumber(raw), 0, nil, 0, 0
+  local t, q, b, a, x = raw and tonumber(raw), 0, nil, 0, 0
   if raw and not t then t, q, b, a = string.match(raw, '^(%d+):(%d+):0:(%d+):(%d+)$') end
   if raw and not t or now < 0 then return end
   if drip == '1' then drip = 1 else drip = drip + 0 end
@@ -28,9 +28,9 @@ if name == 'gcra' then
   local full, need, retry = ARGV[at + 2] * unit, x + cost * unit, 0
   if need > full then
     retry = (need - full + (full - need) % drip) / drip
-  elseif cost > 0 then -- b and a as restart (meter.lua) and gcra_store leave them
+  elseif cost > 0 then -- b and a as restart (meter.lua; 2^51: max_units) and gcra_store leave them
     local kept = b and x > 0
-    if not b or x == 0 or a + 0 >= max_units then b, a = now, 0 end
+    if not b or x == 0 or a + 0 >= 2^51 then b, a = now, 0 end
     if kept or x == 0 then a = a + need - x end
     local value, ahead = string.format('%d', now + (need - need % drip) / drip), (need + -need % drip) / drip
     if kept or need % drip ~= 0 then value = string.format('%s:%d:0:%d:%d', value, need % drip, b, a) end

@@ -40,7 +40,6 @@
 -- "--- general ---" line runs first, before the rest of any file.
 local now -- the decision's clock in microseconds: decide and settle set it
 local redis_now -- the Redis clock, read at most once per script
-local max_units = 2251799813685248 -- 2^51: the most units a meter's backlog or position reaches
 
 -- clock returns the time an ARGV value gives, or the Redis clock for "".
 local function clock(arg)
@@ -59,6 +58,7 @@ local fetching = 0 -- the events a decision prefetches beyond its cost (decide.l
 local prefetch_lease = 20000
 local reserved, reserved_n -- settle: when the reservation was made, and its n
 local max_debt = 1125899906842624 -- 2^50 µs, about 35 years: keeps every value exact
+local max_units = 2251799813685248 -- 2^51: the most units a meter's backlog or position reaches
 
 -- expire sets key's time to live to us microseconds, in whole milliseconds,
 -- at least one; or deletes it when there is nothing to keep.
