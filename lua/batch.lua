@@ -16,11 +16,18 @@
 --         error stays, as it would in a script of its own.
 local out, k, at = {}, 1, 1
 while at <= #ARGV do
-  local n, m, f = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), decide
+  local n, m, f = ARGV[at] + 0, ARGV[at + 1] + 0, decide
   if n < 0 then n, f = -n, settle end
-  local ok, reply = pcall(f, k, n, at + 2)
-  if ok then
-    local o = #out
+  local ok, reply, remaining, reset, next, retry = true, nil
+  if n == 1 and f == decide then -- first the fast path, as one.lua
+    ok, reply, remaining, reset, next, retry = pcall(quick, k, at + 2, clock(ARGV[at + 2]))
+  end
+  if ok and not reply then ok, reply = pcall(f, k, n, at + 2) end
+  local o = #out
+  if ok and retry then -- quick's values
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 4, reply, remaining, reset, next
+    if retry ~= 0 then out[o + 1], out[o + 6] = 5, retry end
+  elseif ok then
     out[o + 1] = #reply
     for i = 1, #reply do out[o + 1 + i] = reply[i] end
   else

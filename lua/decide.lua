@@ -1,6 +1,8 @@
 -- decide: follows the algorithms' files. decide(k, n, at) decides the n
 -- limits of one decision; if all allow, it stores each one's new state,
--- else it stores nothing.
+-- else it stores nothing. quick(k, at) decides one limit by its
+-- algorithm's fast path (prelude.lua), if it has one and the decision is
+-- common: no reservation or prefetch, a cost of 0 or more.
 --
 -- KEYS    the decision's keys are KEYS[k .. k+n-1].
 -- ARGV    its arguments start at ARGV[at], laid out as in prelude.lua. A
@@ -16,18 +18,25 @@
 --         limit whose cost was "take up to" and which allowed says 1 plus
 --         what it took (so at least 2) in place of its allowed. When a
 --         limit denies, the limits that would have allowed report their
---         state as it stays: as for cost 0.
---         For one limit, the common case, it is shorter (every value Redis
---         returns costs the script time): {allowed, remaining,
---         reset_after, next, retry_after, delay, mark, now}, where allowed
---         is the limit's (its "take up to" count, or the prefetch's), and
---         the values from retry_after on are left out when all are 0, and
---         from delay on when those are.
-
--- upto returns what a cost of "take up to -cost" takes under the limit
--- of key, whose algorithm alg reads its arguments from ARGV[at]: up to
--- -cost of what is left, or 1 when nothing is left (denied: the wait is
--- for one). A cost of 0 or more is itself.
+--         state as it stays: as for cost 0. For one limit, the common case,
+--         it is shorter (every value Redis returns costs the script time):
+--         {allowed, remaining, reset_after, next, retry_after, delay, mark,
+--         now}, allowed being the limit's (its "take up to" count, or the
+--         prefetch's), the values from retry_after on left out when all are
+--         0, and from delay on when those are. quick returns that reply's
+--         values up to retry_after; or nothing, having written nothing.
+local function quick(k, at, now) -- now: clock(ARGV[at]), passed in (no upvalue)
+  local key, name, sent, cost = KEYS[k], ARGV[at + 3], ARGV[at + 2], 1
+  if ARGV[at + 1] ~= '' then return end
+  if sent ~= '1' then cost = sent + 0 end -- "1", the usual cost, without strtod
+  if cost < 0 then return end
+  at = at + 4 -- the algorithm's own arguments; sent: the cost as sent, in decimal
+--- fast paths ---
+end
+--- general ---
+-- upto returns what a cost of "take up to -cost" takes under the limit of
+-- key (algorithm alg, arguments from ARGV[at]): up to -cost of what is left,
+-- or 1 if none (denied: the wait is for one); a cost of 0 or more is itself.
 local function upto(key, cost, alg, at)
   if cost >= 0 then return cost end
   local _, remaining = alg.decide(key, 0, at, false)
@@ -35,8 +44,7 @@ local function upto(key, cost, alg, at)
 end
 
 local function decide(k, n, at)
-  now = clock(ARGV[at])
-  rid = ARGV[at + 1]
+  now, rid = clock(ARGV[at]), ARGV[at + 1]
   local more = 0
   if string.byte(rid) == 43 then -- "+M": a prefetch, no reservation id
     more, rid = tonumber(string.sub(rid, 2)), ''
@@ -61,36 +69,28 @@ local function decide(k, n, at)
     local said = allowed * (1 + more) -- a prefetch and "take up to" never meet
     if asked < 0 and allowed == 1 then said = 1 + cost end
     if stamp == 0 then mark = 0 end -- no reservation: nothing settles it
-    if delay == 0 and stamp == 0 then
-      if retry == 0 then return {said, remaining, reset, next} end
-      return {said, remaining, reset, next, retry}
-    end
+    if delay == 0 and stamp == 0 and retry == 0 then return {said, remaining, reset, next} end
+    if delay == 0 and stamp == 0 then return {said, remaining, reset, next, retry} end
     return {said, remaining, reset, next, retry, delay, mark or 0, stamp}
   end
-
   -- Several: decide each without storing. Only if all allow, decide each
   -- again, storing: nothing changed in between, so the answers are the same.
   local reply, starts, costs, denied = {1 + more, stamp}, {}, {}, false
   for i = 1, n do
-    local alg = algorithms[ARGV[at + 1]]
-    local cost = upto(KEYS[k + i - 1], tonumber(ARGV[at]), alg, at + 2) + more
-    costs[i] = cost
-    local allowed, remaining, retry, reset, delay, next, mark = alg.decide(KEYS[k + i - 1], cost, at + 2, false)
-    denied = denied or allowed == 0
-    local r = #reply
-    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6], reply[r + 7] =
-      allowed, remaining, retry, reset, delay, next, mark or 0
-    starts[i] = at
+    local alg, r = algorithms[ARGV[at + 1]], 3 + (i - 1) * 7
+    costs[i], starts[i] = upto(KEYS[k + i - 1], tonumber(ARGV[at]), alg, at + 2) + more, at
+    reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
+      alg.decide(KEYS[k + i - 1], costs[i], at + 2, false)
+    denied = denied or reply[r] == 0
     at = at + 2 + alg.args
   end
   for i = 1, n do
     local cost, alg, r = costs[i], algorithms[ARGV[starts[i] + 1]], 3 + (i - 1) * 7
-    if not denied and cost > 0 then -- the same answers, but a prefetch's that counts more
+    -- all allow: store (the same answers, but a prefetch's that counts
+    -- more); one denies: those that would allow report the state they keep
+    if cost > 0 and (not denied or reply[r] == 1) then
       reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
-        alg.decide(KEYS[k + i - 1], cost, starts[i] + 2, true)
-    elseif denied and cost > 0 and reply[r] == 1 then -- report the state it keeps
-      reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
-        alg.decide(KEYS[k + i - 1], 0, starts[i] + 2, false)
+        alg.decide(KEYS[k + i - 1], denied and 0 or cost, starts[i] + 2, not denied)
     end
     reply[r + 6] = reply[r + 6] or 0
     if not denied and tonumber(ARGV[starts[i]]) < 0 then reply[r] = 1 + cost end

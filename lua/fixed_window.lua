@@ -12,6 +12,27 @@
 --         [b2, b3).
 -- Reply   allowed, remaining, retry_after, reset_after, 0, next
 
+--- fast ---
+-- The fast path of fixed_window (prelude.lua): its decide's answers and
+-- state in fewer steps. The count of a window that goes on grows by
+-- HINCRBY, which leaves its start as it was, as HSET would.
+if name == 'fixed_window' then
+  local period, burst, state = ARGV[at] + 0, ARGV[at + 1] + 0, redis.call('HMGET', key, 'w', 'n')
+  local start, count = tonumber(state[1]), tonumber(state[2])
+  local fresh = not start or now >= start + period -- as rolling (below)
+  if fresh then start, count = now, 0 end
+  local left = start + period - now
+  if count + cost > burst then return 0, burst - count, left, left, left end
+  if cost > 0 and fresh then
+    redis.call('HSET', key, 'w', string.format('%d', now), 'n', sent)
+    redis.call('PEXPIRE', key, string.format('%d', (left + -left % 1000) / 1000))
+  elseif cost > 0 then
+    redis.call('HINCRBY', key, 'n', sent)
+  end
+  if count + cost == 0 then left = 0 end
+  return 1, burst - count - cost, left, left, 0
+end
+--- general ---
 -- rolling returns key's window at now: its start, end and count, and
 -- whether it is new (none, or the last one has ended).
 local function rolling(key, period)

@@ -11,14 +11,25 @@
 // one call, for the engine to send what waits together to a single
 // server. A settlement script is the prelude, the algorithms' files,
 // settle.lua and one_settle.lua: each algorithm's file adds a settle
-// function beside its decide function, so an algorithm is one file. What
-// only settlements run (the settle functions, meter.lua's refunds) follows
-// a line "--- settle ---" in its file, and a decision script leaves it
-// out: Redis runs a script's whole body on every call, so every function
-// a script defines costs every call. Every script replies with an array
-// of integers. The scripts are plain text; package core runs them
-// with EVALSHA. This package uses the standard library only and exports
-// nothing that can be reassigned.
+// function beside its decide function, so an algorithm is one file.
+//
+// Redis runs a script's whole body on every call, so every function a
+// script defines costs every call. Hence the marks, each a line of its own.
+// What only settlements run (the settle functions, meter.lua's refunds)
+// follows a line "--- settle ---" in its file, and a decision script
+// leaves it out. And the common decision (one limit, no reservation or
+// prefetch, a cost of 0 or more) goes first: a file's part before its line
+// "--- general ---" (the prelude's clock, decide.lua's quick, one.lua's
+// call of quick) comes before the rest of every file, and an algorithm's
+// fast path (in its file, between a line "--- fast ---" and that line)
+// goes in quick, at its line "--- fast paths ---". So a decision its fast
+// path makes returns before the script defines what only the general path
+// needs; quick returns nothing, having written nothing, for any other.
+// A settlement script takes the prelude's first part alone.
+//
+// Every script replies with an array of integers. The scripts are plain
+// text; package core runs them with EVALSHA. This package uses the
+// standard library only and exports nothing that can be reassigned.
 package lua
 
 import (
@@ -44,27 +55,34 @@ func Batch(names ...string) string { return assemble("batch", names) }
 // algorithms in the named files (settle.lua). It panics as Decision does.
 func Settle(names ...string) string { return assemble("one_settle", names) }
 
-// assemble returns the prelude, the named algorithms' files, the functions
-// the end file calls (decide.lua, settle.lua) and the end file.
+// assemble returns the script of the named algorithms' files that ends
+// with the file end: the first parts of its files, with the algorithms'
+// fast paths in decide.lua's quick, then the rest of each, up to its
+// settle mark in a decision script.
 func assemble(end string, names []string) string {
-	part := read
-	if end == "one" {
-		part = decisionPart
+	files := append([]string{"prelude", "meter"}, names...)
+	switch end {
+	case "one":
+		files = append(files, "decide", "one")
+	case "batch":
+		files = append(files, "decide", "settle", "batch")
+	default:
+		files = append(files, "settle", end)
 	}
-	var b strings.Builder
-	b.WriteString(read("prelude"))
-	b.WriteString(part("meter"))
+	var first, paths, rest strings.Builder
 	for _, name := range names {
-		b.WriteString(part(name))
+		_, path, _ := split(name)
+		paths.WriteString(path)
 	}
-	if end != "one_settle" {
-		b.WriteString(read("decide"))
+	for _, name := range files {
+		part, _, general := split(name)
+		first.WriteString(strings.Replace(part, pathsMark, paths.String(), 1))
+		if i := strings.Index(general, "\n"+settleMark); end == "one" && i >= 0 {
+			general = general[:i+1] // a decision script runs no settlement
+		}
+		rest.WriteString(general)
 	}
-	if end != "one" {
-		b.WriteString(read("settle"))
-	}
-	b.WriteString(read(end))
-	return b.String()
+	return first.String() + rest.String()
 }
 
 // Del returns the script that deletes every key in KEYS and replies with
@@ -76,16 +94,28 @@ func Del() string { return read("del") }
 // FailLocal's limits (peers.lua).
 func Peers() string { return read("peers") }
 
-// settleMark opens the part of a file that only settlements run.
-const settleMark = "--- settle ---\n"
+// The marks that split a file (see the package doc), each a line.
+const (
+	generalMark = "--- general ---\n"
+	fastMark    = "--- fast ---\n"
+	pathsMark   = "--- fast paths ---\n" // in decide.lua's quick
+	settleMark  = "--- settle ---\n"
+)
 
-// decisionPart returns the named file up to its settleMark line, if any.
-func decisionPart(name string) string {
+// split returns the named file's first part (the text before its
+// generalMark line), its fast path (in an algorithm's file: between its
+// fastMark and generalMark lines; then it has no first part) and the rest.
+func split(name string) (first, path, rest string) {
 	src := read(name)
-	if i := strings.Index(src, "\n"+settleMark); i >= 0 {
-		return src[:i+1]
+	first, rest, ok := strings.Cut(src, "\n"+generalMark)
+	if !ok {
+		return "", "", src
 	}
-	return src
+	first += "\n"
+	if head, path, ok := strings.Cut(first, "\n"+fastMark); ok {
+		return "", path, head + "\n" + rest
+	}
+	return first, "", rest
 }
 
 func read(name string) string {

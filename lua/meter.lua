@@ -66,3 +66,22 @@ local function refund(want, m, backlog, least, a, b, p)
   end
   return after, table.concat(out, ' ')
 end
+
+-- settle_meter returns a meter's backlog, f, b, a and p after a settlement
+-- (settle's delta, reset and mark): a charge adds delta events, up to cap
+-- units; a refund takes them out as far as the meter holds the
+-- reservation's events (held) and its floor f allows, and a prefetch's
+-- give-back lowers the floor it set.
+local function settle_meter(delta, unit, drip, cap, backlog, f, b, a, p, reset, mark)
+  if delta >= 0 then
+    b, a, p = restart(backlog, b, a, p)
+    local after = math.min(backlog + delta * unit, cap)
+    return after, f, b, a + after - backlog, p
+  end
+  local want = -delta * unit
+  if rid == '+' and f == reserved + reset and held(mark, backlog, a, b, p) >= want then
+    f = f - math.floor(want / drip) -- its own floor goes down with it
+  end
+  backlog, p = refund(want, mark, backlog, math.max(0, (f - now) * drip), a, b, p)
+  return backlog, f, b, a, p
+end

@@ -30,8 +30,27 @@
 -- of the limit: a delta below 0 gives back -delta events as far as the
 -- limit still holds them; above 0 it charges delta more without denying
 -- (a debt, at most max_debt µs long, that later decisions wait out).
+-- A file may also have a fast path for its algorithm, a block `if name ==
+-- '<name>' then ... end` between a line "--- fast ---" and a line "---
+-- general ---", which lua.go puts in decide.lua's quick: with key, cost
+-- (>= 0; sent: as sent), at (its first argument) and now set, it returns
+-- what f would answer, as allowed, remaining, reset_after, next and
+-- retry_after, having stored what f stores; or nothing, before it writes,
+-- for a state or a store it leaves to f. The part of a file before its
+-- "--- general ---" line runs first, before the rest of any file.
 local now -- the decision's clock in microseconds: decide and settle set it
 local redis_now -- the Redis clock, read at most once per script
+
+-- clock returns the time an ARGV value gives, or the Redis clock for "".
+local function clock(arg)
+  if arg ~= '' then return arg + 0 end
+  if not redis_now then
+    local time = redis.call('TIME')
+    redis_now = time[1] * 1000000 + time[2]
+  end
+  return redis_now
+end
+--- general ---
 local rid -- the reservation's id, or "" (settle: "+" for a prefetch's give-back)
 local fetching = 0 -- the events a decision prefetches beyond its cost (decide.lua)
 -- prefetch_lease: µs a meter keeps prefetched events counted at least
@@ -40,17 +59,6 @@ local prefetch_lease = 20000
 local reserved, reserved_n -- settle: when the reservation was made, and its n
 local max_debt = 1125899906842624 -- 2^50 µs, about 35 years: keeps every value exact
 local max_units = 2251799813685248 -- 2^51: the most units a meter's backlog or position reaches
-
--- clock returns the time an ARGV value gives, or the Redis clock for "".
-local function clock(arg)
-  local t = tonumber(arg)
-  if t then return t end
-  if not redis_now then
-    local time = redis.call('TIME')
-    redis_now = time[1] * 1000000 + time[2]
-  end
-  return redis_now
-end
 
 -- expire sets key's time to live to us microseconds, in whole milliseconds,
 -- at least one; or deletes it when there is nothing to keep.

@@ -65,25 +65,13 @@ algorithms.token_bucket = {args = 3, decide = function(key, cost, at, commit)
   return allowed, tokens, retry, math.ceil((full - credit) / drip), 0, after, mark
 end}
 --- settle ---
--- settle takes charged tokens out, into a debt if need be, and puts
--- refunded ones back as far as the bucket still misses them (meter.lua)
--- and the floor allows; a prefetch's give-back as gcra.lua's.
+-- settle: a charge or a refund (settle_meter, meter.lua) of the tokens the
+-- bucket misses.
 algorithms.token_bucket.settle = function(key, delta, at, remaining, reset, next, mark)
   local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   local full = burst * unit
   local credit, last, f, b, a, p = credit_of(key, unit, drip, full)
-  local backlog = full - credit
-  if delta < 0 then
-    local want = -delta * unit
-    if rid == '+' and f == reserved + reset and held(mark, backlog, a, b, p) >= want then
-      f = f - math.floor(want / drip) -- its own floor goes down with it
-    end
-    backlog, p = refund(want, mark, backlog, math.max(0, (f - now) * drip), a, b, p)
-  else
-    b, a, p = restart(backlog, b, a, p)
-    local after = math.min(backlog + delta * unit, max_units)
-    a = a + after - backlog
-    backlog = after
-  end
+  local backlog
+  backlog, f, b, a, p = settle_meter(delta, unit, drip, max_units, full - credit, f, b, a, p, reset, mark)
   bucket_store(key, full - backlog, last, unit, f, b, a, p, full, drip)
 end

@@ -1,0 +1,487 @@
+package lua
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// TestFastPathsAgree: the fast paths (each algorithm file's "--- fast ---"
+// section, run by decide.lua's quick) answer and store exactly as the
+// general path does. Random sequences of operations run twice, on twin
+// keys of one server: once through the scripts as Decision and Batch
+// assemble them, once through the same scripts without the fast paths
+// (general), so that every decision goes the general way. After every
+// operation the replies must be equal, and so must the twins' states and
+// their times to live (to the millisecond on miniredis, whose clock
+// stands still; on redis-server, where a twin is written a moment after
+// the other, within 50 ms).
+//
+// The operations: decisions of one limit (costs 0, 1, the burst, above
+// it, multiples of drip, "take up to"), on the client's clock or the
+// server's (miniredis, whose TIME the test sets), alone or several in a
+// batch; reservations, prefetches, their settlements (refunds, charges,
+// a prefetch's give-back); decisions of two limits at once; the clock
+// stepping by nothing, a µs, fractions of the interval, periods, or back;
+// limits changing their rate; and states written directly in every form
+// a script reads (absent, "t", "t:q:0:b:a", with a floor or refunds, the
+// old "t:f"; a window's hash, in debt or not; a bucket's hash). REDLIMIT_FAST_SEED
+// replays a run.
+func TestFastPathsAgree(t *testing.T) {
+	t.Parallel()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("REDLIMIT_FAST_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		m := miniredis.RunT(t)
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		newTwins(t, rdb, m, seed).run(3000)
+	})
+	t.Run("redis-server", func(t *testing.T) {
+		t.Parallel()
+		newTwins(t, redistest.Standalone(t).Client(t), nil, seed+1).run(1500)
+	})
+}
+
+// TestFastPathsBefore1970: on a clock before 1970 (negative µs: WithClock
+// may send one) the general path keeps a GCRA key at least -now µs; the
+// fast path leaves such a write to it.
+func TestFastPathsBefore1970(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	w := newTwins(t, rdb, m, 1)
+	for _, now := range []int64{-2_000_000, -1} {
+		w.now = now
+		w.delete()
+		for _, cost := range []string{"1", "0", "2", "200"} { // a bare "t" written, read, denied
+			for _, name := range fastAlgorithms {
+				args := append([]string{itoa(now), "", cost, name}, w.limit[name].args...)
+				w.compare(fmt.Sprintf("now %d, cost %s", now, cost), "", []string{name}, args)
+			}
+		}
+	}
+}
+
+// general returns src without the named algorithms' fast paths: quick
+// finds none, and every decision goes the general way.
+func general(t *testing.T, src string, names ...string) string {
+	for _, name := range names {
+		if _, path, _ := split(name); path != "" {
+			src = strings.Replace(src, path, "", 1)
+		}
+	}
+	if strings.Contains(src, "\nif name == ") {
+		t.Fatal("a fast path is left in the general script")
+	}
+	return src
+}
+
+// The algorithms with a fast path, and the twins' keys: the fast script
+// decides on "{f}:<name>", the general one on "{g}:<name>".
+var fastAlgorithms = []string{"gcra", "fixed_window"}
+
+func twinKeys(name string) (fast, general string) { return "{f}:" + name, "{g}:" + name }
+
+// A limit as core sends it: its algorithm's name and arguments.
+type limit struct {
+	name string
+	args []string
+	drip int64 // gcra, token_bucket; 1 for a window
+	unit int64
+	// brief: its state lives about a millisecond, which on redis-server
+	// may end while the twin's lives on (a PEXPIRE of 1 ms that stalls a
+	// millisecond deletes the key at once): miniredis only.
+	brief bool
+}
+
+func meterLimit(name string, period, rate, burst int64) limit {
+	g := gcd(period, rate)
+	return limit{name, []string{itoa(period / g), itoa(rate / g), itoa(burst)}, rate / g, period / g, period/rate < 10000}
+}
+
+func windowLimit(period, burst int64) limit {
+	return limit{"fixed_window", []string{itoa(period), itoa(burst)}, 1, 1, period < 1000000}
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// limits: periods and rates whose drip is 1 and whose drip is not (3/s,
+// 7/min, a billion a second), bursts of 1 up to the rate and above.
+var limits = map[string][]limit{
+	"gcra": {
+		meterLimit("gcra", 1e6, 100, 100), meterLimit("gcra", 1e6, 3, 3), meterLimit("gcra", 1e6, 1e9, 1e9),
+		meterLimit("gcra", 60e6, 7, 10), meterLimit("gcra", 1000, 1, 1), meterLimit("gcra", 3e6, 2, 5),
+		meterLimit("gcra", 1e6, 7, 1),
+	},
+	"fixed_window": {
+		windowLimit(1e6, 10), windowLimit(1000, 1), windowLimit(60e6, 100), windowLimit(7, 3),
+	},
+}
+
+// twins runs operations on the twin keys of one server.
+type twins struct {
+	t                *testing.T
+	ctx              context.Context
+	rdb              *redis.Client
+	mini             *miniredis.Miniredis // nil: redis-server
+	rng              *rand.Rand
+	now              int64            // the client's clock, µs
+	limit            map[string]limit // each algorithm's, as it is now
+	fast, gen        map[string]*redis.Script
+	reservations     []reservation
+	decided, quicker int // decisions, and those a fast path may take
+}
+
+// reservation is what a settlement sends back of a decision.
+type reservation struct {
+	limit limit
+	rid   string // "+" for a prefetch's give-back
+	n     int64
+	reply []int64 // said, remaining, reset, next, retry, delay, mark, now
+}
+
+func newTwins(t *testing.T, rdb *redis.Client, mini *miniredis.Miniredis, seed uint64) *twins {
+	t.Logf("seed %d (REDLIMIT_FAST_SEED)", seed)
+	w := &twins{t: t, ctx: context.Background(), rdb: rdb, mini: mini, rng: rand.New(rand.NewPCG(seed, seed)),
+		now: 1_764_000_000_000_000, limit: map[string]limit{},
+		fast: map[string]*redis.Script{}, gen: map[string]*redis.Script{}}
+	for _, name := range fastAlgorithms {
+		w.limit[name] = limits[name][0]
+		w.fast[name], w.gen[name] = redis.NewScript(Decision(name)), redis.NewScript(general(t, Decision(name), name))
+	}
+	w.fast["mixed"] = redis.NewScript(Decision(fastAlgorithms...))
+	w.gen["mixed"] = redis.NewScript(general(t, Decision(fastAlgorithms...), fastAlgorithms...))
+	w.fast["batch"] = redis.NewScript(Batch(fastAlgorithms...))
+	w.gen["batch"] = redis.NewScript(general(t, Batch(fastAlgorithms...), fastAlgorithms...))
+	w.fast["settle"] = redis.NewScript(Settle(fastAlgorithms...))
+	w.gen["settle"] = w.fast["settle"]
+	for _, s := range append(slices.Collect(maps.Values(w.fast)), append(slices.Collect(maps.Values(w.gen)), stateScript)...) {
+		if err := s.Load(w.ctx, rdb).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
+}
+
+func (w *twins) run(steps int) {
+	for i := 0; i < steps && !w.t.Failed(); i++ {
+		switch r := w.rng.IntN(100); {
+		case r < 15:
+			w.step()
+		case r < 25:
+			name := w.pick()
+			w.limit[name] = w.anyLimit(name)
+		case r < 35:
+			w.write(w.pick())
+		case r < 60:
+			name := w.pick()
+			w.compare(fmt.Sprintf("step %d: %s", i, name), "", []string{name}, w.decision(name, 0))
+		case r < 75:
+			w.batch(i)
+		case r < 82:
+			w.compare(fmt.Sprintf("step %d: both limits", i), "mixed", fastAlgorithms, w.both())
+		default:
+			w.settle(i)
+		}
+	}
+	if w.t.Failed() {
+		return
+	}
+	// The fast paths must have had work: most decisions are theirs to take.
+	if w.quicker < w.decided/2 {
+		w.t.Errorf("%d of %d decisions were common ones; the operations hardly test the fast paths", w.quicker, w.decided)
+	}
+}
+
+// delete deletes every twin, and forgets the reservations made on them.
+func (w *twins) delete() {
+	for _, name := range fastAlgorithms {
+		f, g := twinKeys(name)
+		if err := w.rdb.Del(w.ctx, f, g).Err(); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	w.reservations = nil
+}
+
+func (w *twins) pick() string { return fastAlgorithms[w.rng.IntN(len(fastAlgorithms))] }
+
+func (w *twins) anyLimit(name string) limit {
+	for {
+		if l := limits[name][w.rng.IntN(len(limits[name]))]; w.mini != nil || !l.brief {
+			return l
+		}
+	}
+}
+
+// step moves the client's clock: not at all, a µs, a fraction of an
+// event's interval or a period, whole periods, or back; rarely to just
+// after 1970 (no state is kept across such a jump) or back to the present.
+func (w *twins) step() {
+	interval := max(1, w.limit["gcra"].unit/w.limit["gcra"].drip)
+	switch w.rng.IntN(40) {
+	case 0, 1:
+		w.now = w.rng.Int64N(2_000_000)
+		if w.rng.IntN(2) == 0 {
+			w.now = 1_764_000_000_000_000 + w.rng.Int64N(1_000_000)
+		}
+		w.delete()
+	}
+	switch w.rng.IntN(6) {
+	case 1:
+		w.now++
+	case 2:
+		w.now += w.rng.Int64N(3 * interval)
+	case 3:
+		w.now += w.rng.Int64N(2_000_000)
+	case 4:
+		w.now += (1 + w.rng.Int64N(3)) * 60_000_000
+	case 5:
+		w.now = max(0, w.now-w.rng.Int64N(2*interval))
+	}
+}
+
+// decision returns the arguments of one decision of the named algorithm's
+// limit: its clock, a reservation id ("" mostly; one of n events if n is
+// above 0), its cost, its name and arguments.
+func (w *twins) decision(name string, n int64) []string {
+	l := w.limit[name]
+	clock := itoa(w.now)
+	if w.mini != nil && w.rng.IntN(3) == 0 {
+		w.mini.SetTime(time.UnixMicro(w.now))
+		clock = "" // the server's clock, set to the same instant
+	}
+	burst, _ := strconv.ParseInt(l.args[len(l.args)-1], 10, 64)
+	costs := []int64{0, 1, 1, 1, 2, burst, burst + 1, l.drip, 2 * l.drip, w.rng.Int64N(burst + 2), -1, -burst}
+	cost, rid := costs[w.rng.IntN(len(costs))], ""
+	switch {
+	case n > 0:
+		cost, rid = n, "r"+itoa(w.rng.Int64())
+	case w.rng.IntN(15) == 0 && name == "gcra":
+		rid = "+" + itoa(1+w.rng.Int64N(5)) // a prefetch
+	}
+	w.decided++
+	if rid == "" && cost >= 0 {
+		w.quicker++
+	}
+	return append([]string{clock, rid, itoa(cost), name}, l.args...)
+}
+
+// both returns a decision of every fast algorithm's limit at once.
+func (w *twins) both() []string {
+	args := w.decision(fastAlgorithms[0], 0)
+	for _, name := range fastAlgorithms[1:] {
+		args = append(args, w.decision(name, 0)[2:]...)
+	}
+	return args
+}
+
+// batch compares a batch call of up to five decisions and settlements.
+func (w *twins) batch(i int) {
+	var args, names []string
+	for range 1 + w.rng.IntN(5) {
+		name := w.pick()
+		d := w.decision(name, 0)
+		args = append(append(args, "1", strconv.Itoa(len(d))), d...)
+		names = append(names, name)
+	}
+	w.compare(fmt.Sprintf("step %d: a batch", i), "batch", names, args)
+}
+
+// settle makes a reservation or a prefetch and later settles one.
+func (w *twins) settle(i int) {
+	if len(w.reservations) == 0 || w.rng.IntN(2) == 0 {
+		name := w.pick()
+		n := 1 + w.rng.Int64N(3)
+		args := w.decision(name, n)
+		if w.rng.IntN(3) == 0 && name == "gcra" {
+			args[1], args[2] = "+"+itoa(1+w.rng.Int64N(4)), itoa(n) // a prefetch of more than n
+		}
+		reply := w.compare(fmt.Sprintf("step %d: a reservation", i), "", []string{name}, args)
+		if len(reply) == 8 && reply[0] > 0 {
+			rid := args[1]
+			if strings.HasPrefix(rid, "+") {
+				rid, n = "+", n+reply[0]-1 // a give-back of what it took
+			}
+			w.reservations = append(w.reservations, reservation{w.limit[name], rid, n, reply})
+		}
+		return
+	}
+	k := w.rng.IntN(len(w.reservations))
+	r := w.reservations[k]
+	w.reservations = slices.Delete(w.reservations, k, k+1)
+	delta := w.rng.Int64N(2*r.n+1) - r.n
+	if r.rid == "+" {
+		delta = -1 - w.rng.Int64N(r.n)
+	}
+	args := []string{itoa(w.now), r.rid, itoa(r.reply[7]), itoa(delta), itoa(r.n),
+		itoa(r.reply[1]), itoa(r.reply[2]), itoa(r.reply[3]), itoa(r.reply[6]), r.limit.name}
+	w.compare(fmt.Sprintf("step %d: a settlement", i), "settle", []string{r.limit.name}, append(args, r.limit.args...))
+}
+
+// compare runs args with the fast script of kind ("" for the named
+// algorithm's own) on the fast twins and with the general one on the
+// others, in one transaction with the reading of their states (so that on
+// redis-server no twin expires between the two), and fails the test unless
+// the replies and the states are equal. It returns the reply.
+func (w *twins) compare(what, kind string, names []string, args []string) []int64 {
+	if kind == "" {
+		kind = names[0]
+	}
+	var keysF, keysG, all []string
+	for _, name := range names {
+		f, g := twinKeys(name)
+		keysF, keysG = append(keysF, f), append(keysG, g)
+	}
+	for _, name := range fastAlgorithms {
+		f, g := twinKeys(name)
+		all = append(all, f, g)
+	}
+	var fast, gen, states *redis.Cmd
+	_, err := w.rdb.TxPipelined(w.ctx, func(p redis.Pipeliner) error {
+		fast = w.fast[kind].EvalSha(w.ctx, p, keysF, anys(args)...)
+		gen = w.gen[kind].EvalSha(w.ctx, p, keysG, anys(args)...)
+		states = stateScript.EvalSha(w.ctx, p, all, w.mini == nil)
+		return nil
+	})
+	if err != nil {
+		w.t.Fatalf("%s %v: %v (fast %v, general %v)", what, args, err, fast.Err(), gen.Err())
+	}
+	replyF, _ := fast.Int64Slice()
+	replyG, _ := gen.Int64Slice()
+	if !reflect.DeepEqual(replyF, replyG) {
+		w.t.Errorf("%s %v:\nfast    %v\ngeneral %v", what, args, replyF, replyG)
+	}
+	st, _ := states.Slice()
+	slack := int64(0)
+	if w.mini == nil {
+		slack = 50 // ms: the twins are written a moment apart, on a machine that may be busy
+	}
+	for i := 0; i+5 < len(st); i += 6 {
+		tf, tg := st[i+2].(int64), st[i+5].(int64)
+		if w.mini == nil && (tf == -2 && tg >= 0 && tg <= slack || tg == -2 && tf >= 0 && tf <= slack) {
+			// One twin expired in the moment between them (a script's clock
+			// is its start): so would the other have. Keep them twins.
+			if err := w.rdb.Del(w.ctx, all[i/3], all[i/3+1]).Err(); err != nil {
+				w.t.Fatal(err)
+			}
+			continue
+		}
+		within := slack
+		if tf < 0 || tg < 0 { // none, or no time to live: exactly
+			within = 0
+		}
+		if st[i] != st[i+3] || st[i+1] != st[i+4] || tf-tg > within || tg-tf > within {
+			w.t.Errorf("%s %v: %s\nfast    %v %q, ttl %d ms\ngeneral %v %q, ttl %d ms",
+				what, args, fastAlgorithms[i/6], st[i], st[i+1], tf, st[i+3], st[i+4], tg)
+		}
+	}
+	return replyF
+}
+
+// stateScript replies with the type, the value (a hash's fields sorted, as
+// "field=value ...") and the time to live in ms of each key; with ARGV[1]
+// "1" it then lets each key that expires live for an hour (redis-server:
+// wall time must not expire one twin before the other).
+var stateScript = redis.NewScript(`
+local out = {}
+for _, key in ipairs(KEYS) do
+  local typ, value, ttl = redis.call('TYPE', key).ok, '', redis.call('PTTL', key)
+  if typ == 'string' then value = redis.call('GET', key) end
+  if typ == 'hash' then
+    local h, kv = redis.call('HGETALL', key), {}
+    for i = 1, #h, 2 do kv[#kv + 1] = h[i] .. '=' .. h[i + 1] end
+    table.sort(kv)
+    value = table.concat(kv, ' ')
+  end
+  if ARGV[1] == '1' and ttl >= 0 then redis.call('PEXPIRE', key, 3600000) end
+  out[#out + 1], out[#out + 2], out[#out + 3] = typ, value, ttl
+end
+return out`)
+
+// write gives both twins of the named algorithm the same state, in one
+// of the forms its scripts read, or none.
+func (w *twins) write(name string) {
+	f, g := twinKeys(name)
+	l := w.limit[name]
+	ttl := time.Duration(1+w.rng.Int64N(120_000)) * time.Millisecond
+	if w.mini == nil {
+		ttl = time.Hour // wall time must not expire one twin before the other
+	}
+	ago := func(span int64) int64 { return max(0, w.now-span+w.rng.Int64N(2*span+1)) } // around now
+	var value string
+	var hash []any
+	switch none := w.rng.IntN(6) == 0; {
+	case none:
+	case name == "gcra":
+		t, q, b, a := ago(2_000_000), w.rng.Int64N(l.drip), ago(5_000_000), w.rng.Int64N(1_000_000)
+		if w.rng.IntN(4) == 0 {
+			a = 1<<51 - 1 + w.rng.Int64N(3) // around max_units (prelude.lua), where a meter starts afresh
+		}
+		floor := ago(1_000_000)
+		switch w.rng.IntN(5) {
+		case 0:
+			value = itoa(t)
+		case 1:
+			value = fmt.Sprintf("%d:%d:0:%d:%d", t, q, b, a)
+		case 2:
+			value = fmt.Sprintf("%d:%d:%d:%d:%d", t, q, floor, b, a)
+		case 3:
+			value = fmt.Sprintf("%d:%d:0:%d:%d %d:%d %d:%d", t, q, b, a, a, 1+w.rng.Int64N(l.unit), a/2, 1+w.rng.Int64N(l.unit))
+		case 4:
+			value = fmt.Sprintf("%d:%d", t, floor) // as earlier versions wrote
+		}
+	case name == "fixed_window":
+		period, _ := strconv.ParseInt(l.args[0], 10, 64)
+		burst, _ := strconv.ParseInt(l.args[1], 10, 64)
+		hash = []any{"w", ago(period), "n", w.rng.Int64N(burst + 3)} // above burst: a debt
+	}
+	_, err := w.rdb.TxPipelined(w.ctx, func(p redis.Pipeliner) error { // the twins alike, at once
+		for _, key := range []string{f, g} {
+			p.Del(w.ctx, key)
+			if hash != nil {
+				p.HSet(w.ctx, key, hash...)
+			} else if value != "" {
+				p.Set(w.ctx, key, value, 0)
+			}
+			p.PExpire(w.ctx, key, ttl)
+		}
+		return nil
+	})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func anys(args []string) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		out[i] = a
+	}
+	return out
+}
