@@ -36,10 +36,11 @@ type clusterOutcome struct {
 // clusterLoad runs decisions of huge on keys from several goroutines per
 // Limiter until stop is called.
 type clusterLoad struct {
-	start time.Time
-	mu    sync.Mutex
-	seen  []clusterOutcome
-	stop  func() []clusterOutcome
+	start  time.Time
+	stalls *stallWatch // the process's own stalls meanwhile
+	mu     sync.Mutex
+	seen   []clusterOutcome
+	stop   func() []clusterOutcome
 }
 
 // decide(lim, k, keys[k]) makes one decision: each goroutine goes
@@ -47,6 +48,7 @@ type clusterLoad struct {
 // before, so that a test that fails leaves none behind.
 func clusterTraffic(t *testing.T, lims []*core.Limiter, goroutines int, keys []string, decide func(lim *core.Limiter, k int, key string) (core.Result, error)) *clusterLoad {
 	tr := &clusterLoad{start: time.Now()}
+	tr.stalls = watchStalls(tr.start)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for li, lim := range lims {
@@ -74,6 +76,7 @@ func clusterTraffic(t *testing.T, lims []*core.Limiter, goroutines int, keys []s
 		once.Do(func() {
 			cancel()
 			wg.Wait()
+			tr.stalls.stop()
 			sort.Slice(tr.seen, func(i, j int) bool { return tr.seen[i].at < tr.seen[j].at })
 		})
 		return tr.seen
@@ -187,7 +190,7 @@ func TestClusterHungMaster(t *testing.T) {
 	for _, o := range seen {
 		outcomes = append(outcomes, o.outcome)
 	}
-	checkBounded(t, outcomes, core.DefaultTimeout)
+	checkBounded(t, outcomes, core.DefaultTimeout, tr.stalls)
 	var back clusterOutcome
 	for _, o := range seen {
 		if o.at >= resumed && onHung(o.key) && o.allowed {
@@ -261,7 +264,7 @@ func failover(t *testing.T, opts ...redistest.ClusterOption) {
 	for _, o := range seen {
 		outcomes = append(outcomes, o.outcome)
 	}
-	checkBounded(t, outcomes, core.DefaultTimeout)
+	checkBounded(t, outcomes, core.DefaultTimeout, tr.stalls)
 	for li := range lims {
 		var back outcome
 		ok := false
