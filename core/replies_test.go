@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,14 @@ import (
 // busy) fails it at once, with Redis's own words, never a timeout; once
 // they have gone on for the breaker's span, the open breaker says so too.
 // Nothing is counted.
+//
+// "At once" is shown by what reached Redis, not by a clock: each decision
+// is one EVALSHA, never sent again nor waited on until its timeout (the
+// server's own count of them equals the decisions that were not failed
+// fast), and ends with Redis's error, not ErrTimeout, well within a
+// timeout of 10 s. (It was a bound of 50 ms per decision, which a loaded
+// machine overran: a BUSY server, busy with a script on one of 2 cores,
+// answered after more than 100 ms.)
 func TestErrorRepliesNameTheirCause(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -51,13 +60,24 @@ func TestErrorRepliesNameTheirCause(t *testing.T) {
 				defer close(done)
 				busy.Eval(ctx, "while true do end", nil)
 			}()
-			time.Sleep(100 * time.Millisecond) // past the threshold: others are answered BUSY
+			// Once the script has run past the threshold, others are
+			// answered BUSY; wait for that, however long the script takes
+			// to start on a busy machine.
+			probe := srv.Client(t)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				err := probe.Eval(ctx, "return 1", nil).Err()
+				if err != nil && strings.Contains(err.Error(), "BUSY") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("10 s after the script started, the server answers %v, not BUSY", err)
+				}
+			}
 			return srv.Client(t), func() {
-				for i := 0; i < 100; i++ {
+				for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 					if admin.ScriptKill(ctx).Err() == nil {
 						break
 					}
-					time.Sleep(10 * time.Millisecond)
 				}
 				<-done
 			}
@@ -72,36 +92,76 @@ func TestErrorRepliesNameTheirCause(t *testing.T) {
 			if _, err := peek.Allow(ctx, "k", core.PerHour(100)); err != nil { // the script is loaded
 				t.Fatal(err)
 			}
+			before := evalshas(t, srv)
 			rdb, undo := tc.setup(t, srv)
-			lim := core.New(rdb, core.WithPrefix(prefix), core.WithBreaker(200*time.Millisecond),
+			const timeout = 10 * time.Second
+			lim := core.New(rdb, core.WithPrefix(prefix), core.WithBreaker(200*time.Millisecond), core.WithTimeout(timeout),
 				core.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 			var err error
+			sent := 0 // decisions that reached Redis: all but the one the open breaker fails fast
 			began := time.Now()
-			for i := 0; time.Since(began) < 400*time.Millisecond; i++ {
+			for i := 0; time.Since(began) < timeout; i++ {
 				start := time.Now()
 				_, err = lim.Allow(ctx, "k", core.PerHour(100))
 				took := time.Since(start)
 				if err == nil || errors.Is(err, core.ErrTimeout) || !strings.Contains(err.Error(), tc.code) {
 					t.Fatalf("decision %d: %v, want Redis's %s reply", i, err, tc.code)
 				}
-				if took > core.DefaultTimeout/2 {
-					t.Fatalf("decision %d took %v; an error reply comes back at once", i, took)
+				if took > timeout/2 {
+					t.Fatalf("decision %d took %v; an error reply comes back at once, not at the timeout (%v)", i, took, timeout)
 				}
 				if errors.Is(err, core.ErrUnavailable) {
 					break
 				}
+				sent++
 				time.Sleep(5 * time.Millisecond)
 			}
 			if !errors.Is(err, core.ErrUnavailable) {
-				t.Fatalf("after 400 ms of %s replies the breaker is not open: %v", tc.code, err)
+				t.Fatalf("after %v of %s replies the breaker is not open: %v", timeout, tc.code, err)
 			}
+			opened := time.Since(began)
 			undo()
+			got := evalshas(t, srv) - before
+			t.Logf("%d decisions answered %s, then the breaker opened after %v; Redis received %d EVALSHA", sent, tc.code, opened, got)
+			if got != sent {
+				t.Errorf("Redis received %d EVALSHA for %d decisions; want one each: an error reply is not sent again", got, sent)
+			}
 			res, err := peek.AllowN(ctx, "k", core.PerHour(100), 0)
 			if err != nil || res.Remaining != 99 {
 				t.Fatalf("after the refusals: %+v, %v; want 99 left, nothing counted", res, err)
 			}
 		})
 	}
+}
+
+// evalshas returns how many EVALSHA commands srv has received: run
+// (calls, including those that failed) or refused before running
+// (rejected_calls: BUSY, NOPERM), from INFO commandstats.
+func evalshas(t *testing.T, srv *redistest.Server) int {
+	t.Helper()
+	info, err := srv.Client(t).Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		fields, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		n := 0
+		for _, f := range strings.Split(fields, ",") {
+			name, value, _ := strings.Cut(f, "=")
+			if name == "calls" || name == "rejected_calls" {
+				v, err := strconv.Atoi(value)
+				if err != nil {
+					t.Fatalf("INFO commandstats: %q", line)
+				}
+				n += v
+			}
+		}
+		return n
+	}
+	return 0 // none yet
 }
 
 func must(t *testing.T, err error) {
