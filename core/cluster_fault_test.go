@@ -485,3 +485,31 @@ func TestClusterMigration(t *testing.T) {
 		checkGoroutines(t, lim, baseline)
 	}
 }
+
+// TestClusterColdClientBounded: a new Cluster client first loads its slot
+// map, with the context it is given; the Limiter looks a key's node up by
+// the decision's deadline, so a Cluster whose every node hangs (SIGSTOP)
+// still costs the first decision its timeout, no more (it took 15 s when
+// the lookup was not bounded).
+func TestClusterColdClientBounded(t *testing.T) {
+	c := redistest.NewCluster(t, 3)
+	for _, m := range c.Masters() {
+		m.Pause()
+		defer m.Resume()
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { rdb.Close() })
+	lim := core.New(rdb, core.WithTimeout(200*time.Millisecond))
+	start := time.Now()
+	_, err := lim.Allow(context.Background(), "cold", core.PerMinute(10))
+	if took := time.Since(start); !errors.Is(err, core.ErrTimeout) || took > 2*time.Second {
+		t.Fatalf("first decision on a hung Cluster: %v after %v, want ErrTimeout after about 200ms", err, took)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	_, err = lim.Allow(ctx, "cold2", core.PerMinute(10))
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 2*time.Second {
+		t.Fatalf("with a deadline: %v after %v, want DeadlineExceeded after about 100ms", err, took)
+	}
+}

@@ -48,6 +48,9 @@ type carrier struct {
 	// otherwise): its client's lane takes the call. reload asks a Cluster
 	// client to reread the slot map, at most once per reloadEvery.
 	route      func(ctx context.Context, key string) (*redis.Client, error)
+	cold       atomic.Bool   // no lookup by route has succeeded yet (a Cluster's; lane)
+	warmMu     sync.Mutex    // guards warmDone
+	warmDone   chan struct{} // closed when the running lookup of waitWarm ends; nil: none runs
 	reload     func()
 	reloadedAt atomic.Int64  // unix ns of the last reload asked
 	main       *lane         // a single server's, or calls no node was found for
@@ -78,6 +81,7 @@ func newCarrier(rdb redis.Scripter, batch, senders int, batchScript bool, timeou
 	case *redis.ClusterClient:
 		e.route = c.MasterForKey
 		e.reload = func() { c.ReloadState(context.Background()) }
+		e.cold.Store(true)
 	case *redis.Ring:
 		e.route = func(_ context.Context, key string) (*redis.Client, error) { return c.GetShardClientForKey(key) }
 	}
@@ -85,9 +89,17 @@ func newCarrier(rdb redis.Scripter, batch, senders int, batchScript bool, timeou
 	return e
 }
 
-// lane returns the lane that carries calls on key.
-func (e *carrier) lane(ctx context.Context, key string) *lane {
-	if e.route == nil {
+// lane returns the lane that carries calls on key. A Cluster client that
+// has no slot map yet loads one at the first lookup, for seconds if its
+// nodes hang, whatever the lookup's context says: until a lookup has
+// succeeded, a goroutine of the carrier's looks up (waitWarm), and a
+// caller waits for it until due, or takes the main lane, which the client
+// routes itself.
+func (e *carrier) lane(ctx context.Context, key string, due time.Time) *lane {
+	switch {
+	case e.route == nil:
+		return e.main
+	case e.cold.Load() && !e.waitWarm(ctx, key, due):
 		return e.main
 	}
 	node, err := e.route(ctx, key)
@@ -99,6 +111,40 @@ func (e *carrier) lane(ctx context.Context, key string) *lane {
 	}
 	ln, _ := e.lanes.LoadOrStore(node, e.newLane(node))
 	return ln.(*lane)
+}
+
+// waitWarm waits, at most until due (none when zero) and no longer than
+// ctx, for a lookup of key's node by a goroutine of the carrier's; it
+// reports whether a lookup has succeeded.
+func (e *carrier) waitWarm(ctx context.Context, key string, due time.Time) bool {
+	e.warmMu.Lock()
+	done := e.warmDone
+	if done == nil {
+		done = make(chan struct{})
+		e.warmDone = done
+		go func() {
+			if node, err := e.route(context.Background(), key); err == nil && node != nil {
+				e.cold.Store(false)
+			}
+			e.warmMu.Lock()
+			e.warmDone = nil
+			e.warmMu.Unlock()
+			close(done)
+		}()
+	}
+	e.warmMu.Unlock()
+	var expired <-chan time.Time
+	if !due.IsZero() {
+		t := time.NewTimer(time.Until(due))
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-done:
+	case <-expired:
+	case <-ctx.Done():
+	}
+	return !e.cold.Load()
 }
 
 // forget drops the lane of a node that has nothing to do, unless its
@@ -310,12 +356,20 @@ var timers = sync.Pool{New: func() any {
 // run sends c through its lane's breaker and returns its reply, waiting
 // at most timeout (none when it is 0) and no longer than ctx. It takes c.
 func (e *carrier) run(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
-	ln := e.lane(ctx, c.keys[0])
+	var limit time.Time // the timeout's
+	if timeout > 0 {
+		limit = time.Now().Add(timeout)
+	}
+	c.due = limit
+	if d, ok := ctx.Deadline(); ok && (c.due.IsZero() || d.Before(c.due)) {
+		c.due = d
+	}
+	ln := e.lane(ctx, c.keys[0], c.due)
 	if err := ln.breaker.admit(); err != nil {
 		c.recycle()
 		return nil, err
 	}
-	reply, err := ln.do(ctx, c, timeout)
+	reply, err := ln.do(ctx, c, timeout, limit)
 	switch {
 	case err == nil:
 		ln.breaker.success()
@@ -328,21 +382,13 @@ func (e *carrier) run(ctx context.Context, c *call, timeout time.Duration) ([]in
 }
 
 // do sends c, from the caller's goroutine when the lane is free (direct),
-// else through the queue, and waits for its answer, its timeout or ctx,
-// whichever comes first. It takes c: whatever happens, c is recycled once
-// nobody needs it.
-func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration) ([]int64, error) {
+// else through the queue, and waits for its answer, its timeout (which
+// ends at limit) or ctx, whichever comes first. It takes c: whatever
+// happens, c is recycled once nobody needs it.
+func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration, limit time.Time) ([]int64, error) {
 	if err := ctx.Err(); err != nil { // nobody waits for it: do not send it
 		c.recycle()
 		return nil, err
-	}
-	var limit time.Time // the timeout's
-	if timeout > 0 {
-		limit = time.Now().Add(timeout)
-	}
-	c.due = limit
-	if d, ok := ctx.Deadline(); ok && (c.due.IsZero() || d.Before(c.due)) {
-		c.due = d
 	}
 	switch {
 	case ln.e.directs(c.due, limit) && ln.qlen.Load() == 0 && ln.busy.CompareAndSwap(0, 1): // free
@@ -360,7 +406,7 @@ func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration) ([]int64
 	var expired <-chan time.Time
 	if timeout > 0 {
 		t := timers.Get().(*time.Timer)
-		t.Reset(timeout)
+		t.Reset(time.Until(limit))
 		defer func() {
 			t.Stop() // since Go 1.23 a stopped timer delivers nothing stale
 			timers.Put(t)
