@@ -219,7 +219,7 @@ func TestClusterHungMaster(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	resumed := tr.since()
 	hung.Resume()
-	time.Sleep(time.Second)
+	time.Sleep(2500 * time.Millisecond) // past the 1.5 s after which none may fail
 	seen := tr.stop()
 
 	onHung := func(k int) bool { return owners[k] == hung }
