@@ -249,11 +249,25 @@ func TestClusterHungMaster(t *testing.T) {
 	if back.at == 0 {
 		t.Fatal("no decision on the resumed master's keys succeeded")
 	}
+	// 1.5 s after it resumed its breaker has closed on every Limiter: no
+	// decision on its keys is refused unsent, and no more time out than a
+	// loaded machine's stalls make on any node's (a few in a thousand).
+	late, timeouts := 0, 0
 	for _, o := range seen {
-		if o.at > resumed+1500*time.Millisecond && onHung(o.key) && o.err != nil {
-			t.Errorf("a decision on the resumed master's keys failed %v after it resumed: %v", o.at-resumed, o.err)
-			break
+		if o.at <= resumed+1500*time.Millisecond || !onHung(o.key) {
+			continue
 		}
+		late++
+		switch {
+		case o.err == nil:
+		case errors.Is(o.err, core.ErrTimeout):
+			timeouts++
+		default:
+			t.Errorf("a decision on the resumed master's keys failed %v after it resumed: %v", o.at-resumed, o.err)
+		}
+	}
+	if late == 0 || timeouts > late/100 {
+		t.Errorf("of %d decisions on the resumed master's keys from 1.5 s after it resumed, %d timed out", late, timeouts)
 	}
 	t.Logf("first success on the resumed master's keys %v after it resumed", back.at-resumed)
 	checkOnceEach(t, lims[0], seen, keys, func(int) bool { return true })
