@@ -29,7 +29,7 @@ local function quick(k, at, now) -- now: clock(ARGV[at]), passed in (no upvalue)
   local key, name, sent, cost = KEYS[k], ARGV[at + 3], ARGV[at + 2], 1
   if ARGV[at + 1] ~= '' then return end
   if sent ~= '1' then cost = sent + 0 end -- "1", the usual cost, without strtod
-  if cost < 0 then return end
+  if cost < 0 or now < 0 then return end -- before 1970: a key lives -now µs at least
   at = at + 4 -- the algorithm's own arguments; sent: the cost as sent, in decimal
 --- fast paths ---
 end

@@ -59,24 +59,61 @@ func TestFastPathsAgree(t *testing.T) {
 	})
 }
 
-// TestFastPathsBefore1970: on a clock before 1970 (negative µs: WithClock
-// may send one) the general path keeps a GCRA key at least -now µs; the
-// fast path leaves such a write to it.
-func TestFastPathsBefore1970(t *testing.T) {
+// TestFastPathsEdges: states and clocks that the random operations reach
+// rarely, decided by both paths: a meter whose position a is at
+// max_units (2^51), where it starts counting afresh, or just below it;
+// and a clock before 1970 (negative µs: WithClock may send one), on which
+// the general path keeps a key at least -now µs, so that the fast path
+// leaves such a write to it.
+func TestFastPathsEdges(t *testing.T) {
 	t.Parallel()
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { rdb.Close() })
 	w := newTwins(t, rdb, m, 1)
-	for _, now := range []int64{-2_000_000, -1} {
-		w.now = now
-		w.delete()
-		for _, cost := range []string{"1", "0", "2", "200"} { // a bare "t" written, read, denied
-			for _, name := range fastAlgorithms {
-				args := append([]string{itoa(now), "", cost, name}, w.limit[name].args...)
-				w.compare(fmt.Sprintf("now %d, cost %s", now, cost), "", []string{name}, args)
+	now := w.now
+	cases := []struct {
+		name  string
+		state any // a string, a hash's fields, or nil for none
+		now   int64
+	}{
+		{"gcra", fmt.Sprintf("%d:0:0:%d:%d", now+5000, now-9, int64(1)<<51), now}, // half an event's backlog
+		{"gcra", fmt.Sprintf("%d:0:0:%d:%d", now+5000, now-9, int64(1)<<51-1), now},
+		{"token_bucket", []any{"c", 970000, "t", now, "u", 10000, "f", 0, "b", now - 9, "a", int64(1) << 51, "p", ""}, now},
+		{"token_bucket", []any{"c", 970000, "t", now, "u", 10000, "f", 0, "b", now - 9, "a", int64(1)<<51 - 1, "p", ""}, now},
+		{"gcra", nil, -2_000_000}, {"gcra", nil, -1},
+		{"fixed_window", nil, -1}, {"token_bucket", nil, -1},
+	}
+	for _, c := range cases {
+		w.now = c.now
+		for _, cost := range []string{"1", "0", "2", "200"} { // written, read, denied
+			w.set(c.name, c.state, time.Minute)
+			args := append([]string{itoa(c.now), "", cost, c.name}, w.limit[c.name].args...)
+			w.compare(fmt.Sprintf("%s %v at %d, cost %s", c.name, c.state, c.now, cost), "", []string{c.name}, args)
+			w.compare(fmt.Sprintf("%s %v at %d, cost %s, again", c.name, c.state, c.now, cost), "", []string{c.name}, args)
+		}
+	}
+}
+
+// set gives both twins of the named algorithm the state (a string, a
+// hash's fields, or nil for none) to live for ttl.
+func (w *twins) set(name string, state any, ttl time.Duration) {
+	f, g := twinKeys(name)
+	_, err := w.rdb.TxPipelined(w.ctx, func(p redis.Pipeliner) error {
+		for _, key := range []string{f, g} {
+			p.Del(w.ctx, key)
+			switch state := state.(type) {
+			case string:
+				p.Set(w.ctx, key, state, ttl)
+			case []any:
+				p.HSet(w.ctx, key, state...)
+				p.PExpire(w.ctx, key, ttl)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		w.t.Fatal(err)
 	}
 }
 
@@ -96,7 +133,7 @@ func general(t *testing.T, src string, names ...string) string {
 
 // The algorithms with a fast path, and the twins' keys: the fast script
 // decides on "{f}:<name>", the general one on "{g}:<name>".
-var fastAlgorithms = []string{"gcra", "fixed_window"}
+var fastAlgorithms = []string{"gcra", "fixed_window", "token_bucket"}
 
 func twinKeys(name string) (fast, general string) { return "{f}:" + name, "{g}:" + name }
 
@@ -137,6 +174,11 @@ var limits = map[string][]limit{
 		meterLimit("gcra", 1e6, 100, 100), meterLimit("gcra", 1e6, 3, 3), meterLimit("gcra", 1e6, 1e9, 1e9),
 		meterLimit("gcra", 60e6, 7, 10), meterLimit("gcra", 1000, 1, 1), meterLimit("gcra", 3e6, 2, 5),
 		meterLimit("gcra", 1e6, 7, 1),
+	},
+	"token_bucket": {
+		meterLimit("token_bucket", 1e6, 100, 100), meterLimit("token_bucket", 1e6, 3, 3),
+		meterLimit("token_bucket", 1e6, 1e9, 1e9), meterLimit("token_bucket", 60e6, 7, 10),
+		meterLimit("token_bucket", 1000, 1, 1), meterLimit("token_bucket", 1e6, 7, 1),
 	},
 	"fixed_window": {
 		windowLimit(1e6, 10), windowLimit(1000, 1), windowLimit(60e6, 100), windowLimit(7, 3),
@@ -427,7 +469,6 @@ return out`)
 // write gives both twins of the named algorithm the same state, in one
 // of the forms its scripts read, or none.
 func (w *twins) write(name string) {
-	f, g := twinKeys(name)
 	l := w.limit[name]
 	ttl := time.Duration(1+w.rng.Int64N(120_000)) * time.Millisecond
 	if w.mini == nil {
@@ -441,7 +482,7 @@ func (w *twins) write(name string) {
 	case name == "gcra":
 		t, q, b, a := ago(2_000_000), w.rng.Int64N(l.drip), ago(5_000_000), w.rng.Int64N(1_000_000)
 		if w.rng.IntN(4) == 0 {
-			a = 1<<51 - 1 + w.rng.Int64N(3) // around max_units (prelude.lua), where a meter starts afresh
+			a = 1<<51 - w.rng.Int64N(2) // max_units (prelude.lua), where a meter starts afresh, or just below
 		}
 		floor := ago(1_000_000)
 		switch w.rng.IntN(5) {
@@ -456,26 +497,29 @@ func (w *twins) write(name string) {
 		case 4:
 			value = fmt.Sprintf("%d:%d", t, floor) // as earlier versions wrote
 		}
+	case name == "token_bucket":
+		burst, _ := strconv.ParseInt(l.args[2], 10, 64)
+		unit, a, f := l.args[0], w.rng.Int64N(1_000_000), []int64{0, ago(1_000_000), w.now + 1_000_000}[w.rng.IntN(3)]
+		if w.rng.IntN(4) == 0 {
+			unit = itoa(l.unit * 2) // the limit changed
+		}
+		if w.rng.IntN(4) == 0 {
+			a = 1<<51 - w.rng.Int64N(2) // max_units, or just below
+		}
+		hash = []any{"c", w.rng.Int64N((burst+3)*l.unit) - 2*l.unit, "t", ago(1_000_000), "u", unit, "f", f,
+			"b", ago(5_000_000), "a", a, "p", []string{"", fmt.Sprintf("%d:%d", a, 1+w.rng.Int64N(l.unit))}[w.rng.IntN(2)]}
 	case name == "fixed_window":
 		period, _ := strconv.ParseInt(l.args[0], 10, 64)
 		burst, _ := strconv.ParseInt(l.args[1], 10, 64)
 		hash = []any{"w", ago(period), "n", w.rng.Int64N(burst + 3)} // above burst: a debt
 	}
-	_, err := w.rdb.TxPipelined(w.ctx, func(p redis.Pipeliner) error { // the twins alike, at once
-		for _, key := range []string{f, g} {
-			p.Del(w.ctx, key)
-			if hash != nil {
-				p.HSet(w.ctx, key, hash...)
-			} else if value != "" {
-				p.Set(w.ctx, key, value, 0)
-			}
-			p.PExpire(w.ctx, key, ttl)
-		}
-		return nil
-	})
-	if err != nil {
-		w.t.Fatal(err)
+	var state any // none
+	if hash != nil {
+		state = hash
+	} else if value != "" {
+		state = value
 	}
+	w.set(name, state, ttl)
 }
 
 func anys(args []string) []any {

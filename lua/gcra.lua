@@ -22,7 +22,7 @@ if name == 'gcra' then
   local unit, drip, raw = ARGV[at] + 0, ARGV[at + 1], redis.call('GET', key)
   local t, q, b, a, x = raw and tonumber(raw), 0, nil, 0, 0
   if raw and not t then t, q, b, a = string.match(raw, '^(%d+):(%d+):0:(%d+):(%d+)$') end
-  if raw and not t or now < 0 then return end
+  if raw and not t then return end
   if drip == '1' then drip = 1 else drip = drip + 0 end
   if t and (t - now) * drip + q > 0 then x = (t - now) * drip + q end
   local full, need, retry = ARGV[at + 2] * unit, x + cost * unit, 0

@@ -12,7 +12,35 @@
 -- ARGV    unit: period / gcd(period, rate); drip: rate / gcd(period, rate);
 --         burst
 -- Reply   allowed, remaining, retry_after, reset_after, 0, next, mark
-
+--- fast ---
+-- The fast path (prelude.lua) of a bucket of the limit's unit, its floor passed.
+if name == 'token_bucket' then
+  local unit, drip, burst = ARGV[at] + 0, ARGV[at + 1], ARGV[at + 2] + 0
+  local s = redis.call('HMGET', key, 'c', 't', 'u', 'f', 'b', 'a', 'p')
+  local full, credit, last, b, a, p = burst * unit, burst * unit, now, nil, 0, ''
+  if drip == '1' then drip = 1 else drip = drip + 0 end
+  if s[1] then -- as credit_of (below)
+    if s[3] and s[3] ~= ARGV[at] or (tonumber(s[4]) or 0) > now then return end
+    credit, last, b, a, p = s[1] + 0, s[2] + 0, s[5] or '0', tonumber(s[6]) or 0, s[7] or ''
+    if now > last then credit, last = credit + (now - last) * drip, now end
+    if credit > full then credit = full end
+  end
+  local need, retry = cost * unit, 0
+  if credit < need then
+    retry = (need - credit + (credit - need) % drip) / drip
+  elseif cost > 0 then -- as restart (meter.lua; 2^51: max_units) and bucket_store; b as stored
+    local t, ms = string.format('%d', last), drip * 1000 -- ms: units that drain in 1 ms
+    if credit == full or a >= 2^51 then b, a, p = now == last and t or string.format('%d', now), 0, '' end
+    credit, a = credit - need, a + need
+    redis.call('HSET', key, 'c', string.format('%d', credit), 't', t, 'u', ARGV[at],
+      'f', '0', 'b', b, 'a', string.format('%d', a), 'p', p)
+    redis.call('PEXPIRE', key, string.format('%d', (full - credit + (credit - full) % ms) / ms))
+  end
+  local tokens, after, left = (credit - credit % unit) / unit, 0, full - credit -- left: credit missing
+  if tokens < burst then after = (tokens > 0 and tokens or 0) * unit + unit - credit end -- short of one more
+  return retry == 0 and 1 or 0, tokens, (left + -left % drip) / drip, (after + -after % drip) / drip, retry
+end
+--- general ---
 -- credit_of returns the credit of key at now, refilled, the µs it was
 -- last updated, its floor (0 for none), b, a and p. A clock that went
 -- backwards refills nothing; a changed limit keeps whole tokens, anew.
@@ -29,19 +57,16 @@ local function credit_of(key, unit, drip, full)
   if now > last then credit, last = credit + (now - last) * drip, now end
   return math.min(full, credit), last, tonumber(s[4]) or 0, b, a, p
 end
-
 -- bucket_store stores the state, with the floor while it is ahead, and
 -- lets the key live until the bucket is full and the floor passed.
 local function bucket_store(key, credit, last, unit, f, b, a, p, full, drip)
   redis.call('HSET', key, 'c', credit, 't', last, 'u', unit, 'f', f > now and f or 0, 'b', b, 'a', a, 'p', p)
   expire(key, math.max(math.ceil((full - credit) / drip), f - now))
 end
-
 algorithms.token_bucket = {args = 3, decide = function(key, cost, at, commit)
   local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   local full = burst * unit
   local credit, last, f, b, a, p = credit_of(key, unit, drip, full)
-
   local need, allowed, retry, mark = cost * unit, 0, 0, 0
   if credit < need then
     retry = math.ceil((need - credit) / drip)
@@ -59,14 +84,12 @@ algorithms.token_bucket = {args = 3, decide = function(key, cost, at, commit)
     end
     allowed, mark = 1, a
   end
-  -- after: µs until one more whole token is in the bucket
-  local tokens, after = math.floor(credit / unit), 0
+  local tokens, after = math.floor(credit / unit), 0 -- after: µs to one more whole token
   if tokens < burst then after = math.ceil(((math.max(0, tokens) + 1) * unit - credit) / drip) end
   return allowed, tokens, retry, math.ceil((full - credit) / drip), 0, after, mark
 end}
 --- settle ---
--- settle: a charge or a refund (settle_meter, meter.lua) of the tokens the
--- bucket misses.
+-- settle: a charge or a refund (settle_meter, meter.lua) of missing tokens.
 algorithms.token_bucket.settle = function(key, delta, at, remaining, reset, next, mark)
   local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
   local full = burst * unit
