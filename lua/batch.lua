@@ -14,15 +14,18 @@
 --         bytes to an integer, big-endian, the last holding the rest. A
 --         call's error stops only that call; what it stored before the
 --         error stays, as it would in a script of its own.
-local out, k, at = {}, 1, 1
+local out, k, at, decide, settle = {}, 1, 1, nil, nil -- decide, settle: general's
 while at <= #ARGV do
-  local n, m, f = ARGV[at] + 0, ARGV[at + 1] + 0, decide
-  if n < 0 then n, f = -n, settle end
+  local n, m = ARGV[at] + 0, ARGV[at + 1] + 0
   local ok, reply, remaining, reset, next, retry = true, nil
-  if n == 1 and f == decide then -- first the fast path, as one.lua
+  if n == 1 then -- first the fast path, as one.lua
     ok, reply, remaining, reset, next, retry = pcall(quick, k, at + 2, clock(ARGV[at + 2]))
   end
-  if ok and not reply then ok, reply = pcall(f, k, n, at + 2) end
+  if ok and not reply then
+    if not decide then decide, settle = general() end
+    if n < 0 then ok, reply = pcall(settle, k, -n, at + 2) else ok, reply = pcall(decide, k, n, at + 2) end
+  end
+  if n < 0 then n = -n end
   local o = #out
   if ok and retry then -- quick's values
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 4, reply, remaining, reset, next

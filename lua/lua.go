@@ -25,7 +25,12 @@
 // goes in quick, at its line "--- fast paths ---". So a decision its fast
 // path makes returns before the script defines what only the general path
 // needs; quick returns nothing, having written nothing, for any other.
-// A settlement script takes the prelude's first part alone.
+// A settlement script takes the prelude's first part alone. A batch
+// script, whose calls may be common or not, defines the general path only
+// when a call needs it: it wraps the rest of every file but batch.lua in
+// a function, general, that batch.lua calls the first time quick does
+// not decide a call, and that returns decide.lua's decide and
+// settle.lua's settle.
 //
 // Every script replies with an array of integers. The scripts are plain
 // text; package core runs them with EVALSHA. This package uses the
@@ -80,10 +85,18 @@ func assemble(end string, names []string) string {
 		if i := strings.Index(general, "\n"+settleMark); end == "one" && i >= 0 {
 			general = general[:i+1] // a decision script runs no settlement
 		}
+		if name == "batch" { // the general path, defined when a call needs it
+			general = batchGeneral + rest.String() + "return decide, settle\nend\n" + general
+			rest.Reset()
+		}
 		rest.WriteString(general)
 	}
 	return first.String() + rest.String()
 }
+
+// batchGeneral opens the function a batch script wraps its general path
+// in (see the package doc).
+const batchGeneral = "-- general defines the general path and returns decide and settle.\nlocal function general()\n"
 
 // Del returns the script that deletes every key in KEYS and replies with
 // {how many existed}. It exists because redis.Scripter offers scripts but

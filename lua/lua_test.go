@@ -121,8 +121,9 @@ func TestDecisionScripts(t *testing.T) {
 	}
 	fast, rest := paths(names...)
 	first := preludeFirst + strings.Replace(decideFirst, pathsMark, fast, 1)
-	if batch := Batch(names...); batch != first+prelude+read("meter")+rest+decide+read("settle")+read("batch") {
-		t.Error("the batch script is not the first parts, then the prelude, every whole file, decide.lua, settle.lua and batch.lua")
+	general := batchGeneral + prelude + read("meter") + rest + decide + read("settle") + "return decide, settle\nend\n"
+	if batch := Batch(names...); batch != first+general+read("batch") {
+		t.Error("the batch script is not the first parts, then general (the prelude, every whole file, decide.lua, settle.lua), then batch.lua")
 	}
 	settle := Settle(names...)
 	if settle != preludeFirst+prelude+read("meter")+rest+read("settle")+read("one_settle") ||

@@ -71,11 +71,11 @@ const (
 // errQueueFull is returned at once when the queue is full.
 var errQueueFull = fmt.Errorf("%w: too many decisions waiting for Redis", ErrUnavailable)
 
-func newCarrier(rdb redis.Scripter, batch, senders int, batchScript bool, timeout, after time.Duration, log *slog.Logger) *carrier {
+func newCarrier(rdb redis.Scripter, batch, senders int, batchScript bool, after time.Duration, log *slog.Logger) *carrier {
 	e := &carrier{batch: batch, senders: senders, after: after, log: log,
 		queued: max(batch*senders*queuePerSender, 1024)}
 	e.linger.Store(int64(senderLinger))
-	e.transport.init(rdb, batch, batchScript, timeout, log)
+	e.transport.init(rdb, batch, batchScript, log)
 	e.trips.New = func() any { return new(trip) }
 	switch c := rdb.(type) {
 	case *redis.ClusterClient:
@@ -391,7 +391,7 @@ func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration, limit ti
 		return nil, err
 	}
 	switch {
-	case ln.e.directs(c.due, limit) && ln.qlen.Load() == 0 && ln.busy.CompareAndSwap(0, 1): // free
+	case ln.e.bounded && !c.due.IsZero() && ln.qlen.Load() == 0 && ln.busy.CompareAndSwap(0, 1): // free
 		ln.direct(ctx, c)
 		if c.state.Load() == answered { // else sent again later: wait for it
 			<-c.done
@@ -455,24 +455,8 @@ func (ln *lane) answer(ctx context.Context, c *call, timeout time.Duration) ([]i
 	return reply, err
 }
 
-// directs reports whether a call due at due (whose timeout ends at limit)
-// may be sent by its caller when its lane is free: on a client that bounds
-// commands by their context's deadline, whenever it has one; through
-// transport.direct, a clone bounded by the timeout, when nothing ends it
-// sooner.
-func (e *carrier) directs(due, limit time.Time) bool {
-	switch {
-	case due.IsZero():
-		return false
-	case e.bounded:
-		return true
-	}
-	return e.direct != nil && due.Equal(limit)
-}
-
 // direct sends c from the caller's goroutine, go-redis bounding the round
-// trip by c.due (the timeout or ctx's deadline, whichever is earlier): by
-// the context's deadline, or by transport.direct's socket timeouts. A
+// trip by c.due (the timeout or ctx's deadline, whichever is earlier). A
 // cancellation without a deadline is seen when the round trip ends, at the
 // latest at the timeout. It ends the round trip do counted in.
 func (ln *lane) direct(ctx context.Context, c *call) {
@@ -482,12 +466,9 @@ func (ln *lane) direct(ctx context.Context, c *call) {
 		ctx = dc
 	}
 	t := ln.e.trips.Get().(*trip)
-	t.one[0], t.direct = c, ln.e.direct
-	if ln.e.bounded {
-		t.direct = nil
-	}
+	t.one[0] = c
 	ln.roundTrip(ctx, t, t.one[:])
-	t.one[0], t.direct = nil, nil
+	t.one[0] = nil
 	ln.e.trips.Put(t)
 	ln.busy.Add(-1)
 }

@@ -77,7 +77,7 @@ func New(rdb redis.Scripter, c Config) *Limiter {
 		l.log = slog.Default()
 	}
 	l.peers.id = l.nextID()
-	l.carrier = newCarrier(rdb, max(1, c.Batch), max(1, c.Pipelines), c.BatchScript, l.timeout, max(0, c.BreakerAfter), l.log)
+	l.carrier = newCarrier(rdb, max(1, c.Batch), max(1, c.Pipelines), c.BatchScript, max(0, c.BreakerAfter), l.log)
 	if c.DenyKeys > 0 && c.DenyMaxAge > 0 {
 		l.deny = newDenyCache(c.DenyKeys, c.DenyMaxAge)
 	}

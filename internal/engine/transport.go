@@ -25,13 +25,8 @@ type transport struct {
 	process func(context.Context, redis.Cmder) error // nil for a bare redis.Scripter
 	pipe    func() redis.Pipeliner                   // nil when rdb cannot pipeline
 	bounded bool                                     // go-redis bounds rdb's commands by their context's deadline
-	// direct, if not nil, sends a call from its caller's goroutine on a
-	// client that does not bound commands by their context's deadline:
-	// a *redis.Client's clone whose socket timeouts are the Limiter's
-	// timeout (shared pool), for calls whose due is that timeout's.
-	direct func(context.Context, redis.Cmder) error
-	mode   atomic.Int32 // how plan lays out a round trip: planEach, planOne or planByTag
-	log    *slog.Logger
+	mode    atomic.Int32                             // how plan lays out a round trip: planEach, planOne or planByTag
+	log     *slog.Logger
 }
 
 // The layouts of a round trip; see plan.
@@ -41,16 +36,13 @@ const (
 	planByTag              // the calls of one hash tag as one call of the batch script
 )
 
-func (tr *transport) init(rdb redis.Scripter, batch int, batchScript bool, timeout time.Duration, log *slog.Logger) {
+func (tr *transport) init(rdb redis.Scripter, batch int, batchScript bool, log *slog.Logger) {
 	tr.rdb, tr.log = rdb, log
 	if p, ok := rdb.(interface {
 		Process(context.Context, redis.Cmder) error
 	}); ok {
 		tr.process = p.Process
 		tr.bounded = contextBounded(rdb)
-	}
-	if c, ok := rdb.(*redis.Client); ok && !tr.bounded && timeout > 0 && socketBound(c.Options(), timeout) {
-		tr.direct = c.WithTimeout(timeout).Process
 	}
 	if p, ok := rdb.(interface{ Pipeline() redis.Pipeliner }); ok && batch > 1 && tr.process != nil {
 		tr.pipe = p.Pipeline
@@ -78,17 +70,6 @@ func contextBounded(rdb redis.Scripter) bool {
 		return c.Options().ContextTimeoutEnabled
 	}
 	return false
-}
-
-// socketBound reports whether a client of options o waits longer for a
-// reply than timeout, so that a clone bounding it by timeout is tighter:
-// a ReadTimeout of 0 means 3 s, -1 and -2 none.
-func socketBound(o *redis.Options, timeout time.Duration) bool {
-	read := o.ReadTimeout
-	if read == 0 {
-		read = 3 * time.Second
-	}
-	return read < 0 || read >= timeout
 }
 
 // call is one script run (a decision, a settlement, a reset) as named
@@ -186,9 +167,8 @@ func (c *call) answer(reply []int64, err error) {
 // trip is the work space of one round trip: a sender's, reused for each
 // of its round trips, or a direct caller's, pooled.
 type trip struct {
-	one    [1]*call                                 // a direct caller's call
-	direct func(context.Context, redis.Cmder) error // a direct caller's transport.direct, if any
-	pipe   redis.Pipeliner                          // made at the first pipeline
+	one    [1]*call        // a direct caller's call
+	pipe   redis.Pipeliner // made at the first pipeline
 	units  []unit
 	resent []unit // what Redis refused without running it, sent once more (resend)
 	todo   []*unit
@@ -488,13 +468,9 @@ func (tr *transport) exec(ctx context.Context, t *trip, units []*unit) {
 		}
 		return
 	case len(units) == 1 || tr.pipe == nil:
-		process := tr.process
-		if t.direct != nil {
-			process = t.direct
-		}
 		for _, u := range units {
 			cmd := redis.NewIntSliceCmd(ctx, u.args...)
-			_ = process(ctx, once{cmd})
+			_ = tr.process(ctx, once{cmd})
 			u.reply, u.err = cmd.Val(), cmd.Err()
 		}
 		return
