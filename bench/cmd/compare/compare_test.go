@@ -67,7 +67,7 @@ func TestOnlyAndFlags(t *testing.T) {
 	for _, r := range cfg.selected() {
 		names = append(names, r.name)
 	}
-	if got, want := strings.Join(names, ","), "evalsha,core,http-redlimit,http-cost-stands,http-cost-refund,http-ulule"; got != want {
+	if got, want := strings.Join(names, ","), "evalsha,core,http-redlimit,http-ctxtimeout,http-cost-stands,http-cost-refund,http-ulule"; got != want {
 		t.Errorf("selected rows %s, want %s", got, want)
 	}
 	if !opts.markdown || len(cfg.Goroutines) != 2 || cfg.Keys[0] != 10 {

@@ -15,7 +15,7 @@
 // Rows (select with -only, by row or group name):
 //
 //	decide:  evalsha, core, core-pipeline, core-ctxtimeout, redis_rate, ulule
-//	http:    http-redlimit, http-ulule
+//	http:    http-redlimit, http-ctxtimeout, http-cost-stands, http-cost-refund, http-ulule
 //	denied:  deny-cache, deny-nocache (one hot key only)
 //
 // The evalsha row always runs: it is the reference.

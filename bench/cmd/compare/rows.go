@@ -162,15 +162,14 @@ var allRows = []*row{
 		describe: func(config) string {
 			return "redlimit nethttp.New(core.New(rdb), limit): defaults (key: RemoteAddr; fail open, errors counted here)"
 		},
-		setup: func(e *env) (op, error) {
-			mw := nethttp.New(core.New(e.rdb), neverLimit,
-				redlimit.WithObserver(func(_ *http.Request, d redlimit.Decision) {
-					if d.Err != nil {
-						e.errs.add(d.Err)
-					}
-				}))
-			return httpOp(e, mw(okHandler))
+		setup: func(e *env) (op, error) { return httpCostOp(e, -1) },
+	},
+	{
+		name: "http-ctxtimeout", group: "http", want: true, contextTimeouts: true,
+		describe: func(config) string {
+			return "http-redlimit on a client with ContextTimeoutEnabled, as the README's quick start makes it"
 		},
+		setup: func(e *env) (op, error) { return httpCostOp(e, -1) },
 	},
 	{
 		name: "http-cost-stands", group: "http", want: true,
@@ -216,15 +215,18 @@ var allRows = []*row{
 	},
 }
 
-// httpCostOp is the http-redlimit row with WithResponseCost returning cost.
+// httpCostOp is the http-redlimit row, with WithResponseCost returning
+// cost unless it is negative.
 func httpCostOp(e *env, cost int) (op, error) {
-	mw := nethttp.New(core.New(e.rdb), neverLimit,
-		redlimit.WithResponseCost(func(*http.Request, int, http.Header) int { return cost }),
-		redlimit.WithObserver(func(_ *http.Request, d redlimit.Decision) {
-			if d.Err != nil {
-				e.errs.add(d.Err)
-			}
-		}))
+	opts := []redlimit.Option{redlimit.WithObserver(func(_ *http.Request, d redlimit.Decision) {
+		if d.Err != nil {
+			e.errs.add(d.Err)
+		}
+	})}
+	if cost >= 0 {
+		opts = append(opts, redlimit.WithResponseCost(func(*http.Request, int, http.Header) int { return cost }))
+	}
+	mw := nethttp.New(core.New(e.rdb), neverLimit, opts...)
 	return httpOp(e, mw(okHandler))
 }
 
