@@ -22,13 +22,13 @@ func TestPeersCount(t *testing.T) {
 	prefix := uniquePrefix()
 	var lims []*core.Limiter
 	for range 3 {
-		lim := core.New(srv.Client(t), core.WithPrefix(prefix))
+		lim := core.New(srv.Client(t), core.WithPrefix(prefix), patient)
 		lim.SharePeers()
 		lims = append(lims, lim)
 	}
-	other := core.New(srv.Client(t), core.WithPrefix(uniquePrefix()))
+	other := core.New(srv.Client(t), core.WithPrefix(uniquePrefix()), patient)
 	other.SharePeers()
-	idle := core.New(srv.Client(t), core.WithPrefix(prefix))
+	idle := core.New(srv.Client(t), core.WithPrefix(prefix), patient)
 	idle.SharePeers()
 	ctx := context.Background()
 	decideAll := func() {
@@ -62,15 +62,19 @@ func TestPeersCount(t *testing.T) {
 	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
+	burst := time.Now()
 	for range 50 {
 		decideAll()
 	}
+	took := time.Since(burst)
 	stats, err := redistest.CommandStats(ctx, admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := stats["zadd"].Calls; n > 4 {
-		t.Fatalf("%v heartbeats (ZADD) for 200 decisions within a moment, want at most one per Limiter", n)
+	// A loaded machine may stretch the burst past a second: one heartbeat
+	// per Limiter per second begun.
+	if n, most := stats["zadd"].Calls, float64(4*(1+int64(took/time.Second))); n > most {
+		t.Fatalf("%v heartbeats (ZADD) for 200 decisions in %v, want at most one per Limiter a second (%v)", n, took, most)
 	}
 }
 

@@ -367,7 +367,8 @@ func TestWaitNeverSpins(t *testing.T) {
 	l := core.PerSecond(10)
 	rdb := &scriptedRedis{reply: zeroRetryDenial(t, l)}
 	lim := core.New(rdb)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	// 300 ms: long enough for a second try on a starved machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	began := time.Now()
 	err := lim.Wait(ctx, "k", l)
