@@ -10,9 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/labstack/echo/v4"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
@@ -77,16 +75,13 @@ func BenchmarkMiddleware(b *testing.B) { adaptertest.Bench(b, adapter) }
 // adapter's, and never reaches the error handler.
 func TestErrors(t *testing.T) {
 	t.Parallel()
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { rdb.Close() })
 	var handled []error
 	e := echo.New()
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
 		handled = append(handled, err)
 		e.DefaultHTTPErrorHandler(err, c)
 	}
-	e.Use(echolimit.New(core.New(rdb), core.PerMinute(1)))
+	e.Use(echolimit.New(adaptertest.Embedded(t), core.PerMinute(1)))
 	teapot := echo.NewHTTPError(http.StatusTeapot, "no coffee")
 	e.GET("/", func(c echo.Context) error { return teapot })
 	for i, want := range []int{http.StatusTeapot, http.StatusTooManyRequests} {
@@ -106,16 +101,13 @@ func TestErrors(t *testing.T) {
 // echo's error handler writes the answer.
 func TestErrorStatusSettles(t *testing.T) {
 	t.Parallel()
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { rdb.Close() })
 	var seen []int
 	cost := redlimit.WithResponseCost(func(_ *http.Request, status int, _ http.Header) int {
 		seen = append(seen, status)
 		return 1
 	})
 	e := echo.New()
-	e.Use(echolimit.New(core.New(rdb), core.PerMinute(100), cost))
+	e.Use(echolimit.New(adaptertest.Embedded(t), core.PerMinute(100), cost))
 	e.GET("/teapot", func(c echo.Context) error { return echo.NewHTTPError(http.StatusTeapot) })
 	e.GET("/broken", func(c echo.Context) error { return errors.New("broken") })
 	e.GET("/fine", func(c echo.Context) error { return c.String(http.StatusCreated, "made") })
@@ -133,7 +125,7 @@ func TestErrorStatusSettles(t *testing.T) {
 // echolimit middleware decided are errors, answered 400.
 func TestKey(t *testing.T) {
 	t.Parallel()
-	lim := core.New(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}), core.WithLogger(slog.New(slog.DiscardHandler)))
+	lim := adaptertest.Embedded(t, core.WithLogger(slog.New(slog.DiscardHandler)))
 	var mu sync.Mutex
 	var got []string
 	observe := redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) {

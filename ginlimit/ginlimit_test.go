@@ -10,9 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
@@ -81,7 +79,7 @@ func BenchmarkMiddleware(b *testing.B) { adaptertest.Bench(b, adapter) }
 // middleware decided are errors, answered 400.
 func TestKey(t *testing.T) {
 	t.Parallel()
-	lim := core.New(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}), core.WithLogger(slog.New(slog.DiscardHandler)))
+	lim := adaptertest.Embedded(t, core.WithLogger(slog.New(slog.DiscardHandler)))
 	var mu sync.Mutex
 	var got []string
 	observe := redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) {

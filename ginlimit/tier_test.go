@@ -5,20 +5,18 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit"
-	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/ginlimit"
+	"github.com/redlimit/redlimit/internal/adaptertest"
 )
 
 // TestTier: ginlimit.Tier reads the plan an earlier handler stored; a
 // request without one is of the default tier.
 func TestTier(t *testing.T) {
 	t.Parallel()
-	lim := core.New(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}))
+	lim := adaptertest.Embedded(t)
 	limit, err := ginlimit.Rules(lim, redlimit.Rules{"*": "1/m fixed_window", "* tier=pro": "3/m fixed_window"},
 		redlimit.WithTier(ginlimit.Tier("plan")))
 	if err != nil {
