@@ -70,20 +70,20 @@ func serve(t *testing.T, srv *envoyrls.Server) rlsv3.RateLimitServiceClient {
 func newServer(t *testing.T, lim *core.Limiter, dir string, opts envoyrls.Options) *envoyrls.Server {
 	t.Helper()
 	c, err := envoyrls.LoadConfig(dir, envoyrls.ConfigOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := envoyrls.New(lim, c, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srv
+	return mustServer(t, lim, c, err, opts)
 }
 
-// parseConfig returns a Server of one YAML document on lim.
+// yamlServer returns a Server of one YAML document on lim.
 func yamlServer(t *testing.T, lim *core.Limiter, doc string, opts envoyrls.Options) *envoyrls.Server {
 	t.Helper()
 	c, err := envoyrls.ParseConfig([]envoyrls.File{{Name: "test.yaml", Data: []byte(doc)}}, envoyrls.ConfigOptions{})
+	return mustServer(t, lim, c, err, opts)
+}
+
+// mustServer returns a Server of c on lim, or fails the test on err (the
+// configuration's) or New's.
+func mustServer(t *testing.T, lim *core.Limiter, c *envoyrls.Config, err error, opts envoyrls.Options) *envoyrls.Server {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
