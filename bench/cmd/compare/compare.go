@@ -37,6 +37,10 @@ type config struct {
 	// PoolSize is the go-redis PoolSize of every client; 0 means the most
 	// goroutines, and at least go-redis's default (10 per GOMAXPROCS).
 	PoolSize int
+	// Rate is the events per second the throughput rows' limits allow
+	// each key, with a burst of as many: enough never to deny. 0 means
+	// defaultRate.
+	Rate int
 	// Progress, when not nil, receives a line per measurement.
 	Progress io.Writer
 }
@@ -234,7 +238,7 @@ func measureRow(ctx context.Context, cfg config, addr string, admin *redis.Clien
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: cfg.poolSize(), ContextTimeoutEnabled: r.contextTimeouts})
 	defer rdb.Close()
-	env := &env{ctx: ctx, rdb: rdb, keys: ks, poolSize: cfg.poolSize()}
+	env := &env{ctx: ctx, rdb: rdb, keys: ks, poolSize: cfg.poolSize(), rate: cfg.rate()}
 	o, err := r.setup(env)
 	if err != nil {
 		return nil, fmt.Errorf("setting up: %w", err)
@@ -401,6 +405,7 @@ type env struct {
 	rdb      *redis.Client
 	keys     *keyset
 	poolSize int
+	rate     int // config.Rate, or defaultRate
 	errs     errSink
 }
 

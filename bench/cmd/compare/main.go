@@ -6,6 +6,7 @@
 //	cd bench && go run ./cmd/compare                   # the whole matrix, a few minutes
 //	go run ./cmd/compare -only=core,ulule -goroutines=16 -keys=10000 -duration=3s
 //	go run ./cmd/compare -rounds=3 -markdown           # medians of three, for the README
+//	go run ./cmd/compare -rate=1000000000              # the runs before 2026-11-27: limits of 1e9/s
 //
 // It starts its own redis-server (from PATH, or -redis-server) on a free
 // loopback port, with no persistence, and stops it when done. Every row is
@@ -111,6 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (config, cliOptions, error) {
 	keys := fs.String("keys", joinInts(cfg.Keys), "comma-separated key counts (1: one hot key)")
 	only := fs.String("only", "", "comma-separated rows or groups to run (default all); evalsha always runs")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "repeat the whole matrix this many times and print medians")
+	fs.IntVar(&cfg.Rate, "rate", defaultRate, "events per second per key the throughput rows' limits allow (burst as many): never denying")
 	fs.IntVar(&cfg.PoolSize, "pool", 0, "go-redis PoolSize of every client (default: the most goroutines, at least go-redis's own default)")
 	fs.StringVar(&opts.redisServer, "redis-server", "redis-server", "the redis-server binary to start")
 	fs.BoolVar(&opts.markdown, "markdown", false, "print Markdown tables instead of fixed-width text")

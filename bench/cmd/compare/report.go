@@ -81,7 +81,7 @@ func (rep *report) heading() []string {
 			cfg.Duration, cfg.Warmup, rounds, rep.took.Round(time.Second)),
 		fmt.Sprintf("every row: a fresh go-redis v9 client, PoolSize %d, on a flushed database; its first decision loads its scripts", cfg.poolSize()),
 		fmt.Sprintf("throughput limits never deny: core.Limit{Rate: %d, Period: time.Second} (GCRA), redis_rate Rate=Burst=%d per second, ulule %d per second",
-			never, never, never),
+			cfg.rate(), cfg.rate(), cfg.rate()),
 		"× EVALSHA: decisions/s over the evalsha row's in the same cell and round; allocs/op: runtime.MemStats.Mallocs",
 		"of the whole process per decision; p50, p99: latency of one decision; server µs/op, calls/op: EVALSHA and EVAL",
 		fmt.Sprintf("in INFO commandstats after CONFIG RESETSTAT, per decision (µs only from %d calls on); errors: failed or wrong answers,", minCalls),

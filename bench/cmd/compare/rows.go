@@ -63,16 +63,36 @@ func rowNames() []string {
 	return names
 }
 
-// The limits of the throughput rows: a billion per second never denies
-// (GCRA's emission interval rounds up to 1 µs, with a burst of a billion).
-const never = 1_000_000_000
+// defaultRate is the throughput rows' limit: a million events per second
+// per key, with a burst of as many, never denies at the rates one
+// redis-server reaches, and GCRA's emission interval is a whole
+// microsecond, as every limit a service sets has (100 a second is
+// 10 000 µs). A billion a second (-rate=1000000000, the rate of the runs
+// before 2026-11-27) is an interval of a nanosecond: redlimit's GCRA then
+// keeps an exact fraction of a microsecond in its state, a longer string
+// to parse and write (74 000 instructions a call against 67 000;
+// bench/scriptcost.sh), while redis_rate's float state gets cheaper
+// (49 000 against 70 000).
+const defaultRate = 1_000_000
 
-var (
-	neverLimit  = core.Limit{Rate: never, Period: time.Second}
-	neverRR     = redis_rate.Limit{Rate: never, Burst: never, Period: time.Second}
-	neverUlule  = limiter.Rate{Limit: never, Period: time.Second}
-	deniedLimit = core.PerHour(1)
-)
+func (c config) rate() int {
+	if c.Rate > 0 {
+		return c.Rate
+	}
+	return defaultRate
+}
+
+// The limits of the throughput rows, of e.rate events per second.
+func (e *env) limit() core.Limit { return core.Limit{Rate: e.rate, Period: time.Second} }
+func (e *env) limitRR() redis_rate.Limit {
+	return redis_rate.Limit{Rate: e.rate, Burst: e.rate, Period: time.Second}
+}
+func (e *env) limitUlule() limiter.Rate {
+	return limiter.Rate{Limit: int64(e.rate), Period: time.Second}
+}
+
+// deniedLimit is the denied rows' limit: one event an hour.
+var deniedLimit = core.PerHour(1)
 
 // evalshaRow is the reference: one round trip and nothing else.
 var evalshaRow = &row{
@@ -100,7 +120,7 @@ var allRows = []*row{
 		describe: func(config) string {
 			return "redlimit core.New(rdb).Allow, GCRA; defaults: batching on (up to 128 decisions a round trip, 4 in flight, a batch as one script call), deny cache on"
 		},
-		setup: func(e *env) (op, error) { return coreOp(e, neverLimit, true) },
+		setup: func(e *env) (op, error) { return coreOp(e, e.limit(), true) },
 	},
 	{
 		name: "core-prefetch", group: "decide", want: true,
@@ -108,7 +128,7 @@ var allRows = []*row{
 			return "redlimit core.New(rdb).Allow, GCRA with Prefetch 1000: a Limiter takes up to 1000 events of a key at a time and admits them in process"
 		},
 		setup: func(e *env) (op, error) {
-			l := neverLimit
+			l := e.limit()
 			l.Prefetch = 1000
 			return coreOp(e, l, true)
 		},
@@ -118,14 +138,14 @@ var allRows = []*row{
 		describe: func(config) string {
 			return "redlimit core.New(rdb, WithBatchScript(false)).Allow, GCRA: a batch goes as a pipeline of one script call per decision"
 		},
-		setup: func(e *env) (op, error) { return coreOp(e, neverLimit, true, core.WithBatchScript(false)) },
+		setup: func(e *env) (op, error) { return coreOp(e, e.limit(), true, core.WithBatchScript(false)) },
 	},
 	{
 		name: "core-ctxtimeout", group: "decide", want: true, contextTimeouts: true,
 		describe: func(config) string {
 			return "redlimit core.New(rdb).Allow, GCRA, defaults, on a client with ContextTimeoutEnabled: an idle Limiter sends from the caller"
 		},
-		setup: func(e *env) (op, error) { return coreOp(e, neverLimit, true) },
+		setup: func(e *env) (op, error) { return coreOp(e, e.limit(), true) },
 	},
 	{
 		name: "redis_rate", group: "decide", want: true,
@@ -133,7 +153,7 @@ var allRows = []*row{
 		setup: func(e *env) (op, error) {
 			rl := redis_rate.NewLimiter(e.rdb)
 			o := func(ctx context.Context, key int) (bool, error) {
-				res, err := rl.Allow(ctx, e.keys.names[key], neverRR)
+				res, err := rl.Allow(ctx, e.keys.names[key], e.limitRR())
 				if err != nil {
 					return false, err
 				}
@@ -226,7 +246,7 @@ func httpCostOp(e *env, cost int) (op, error) {
 	if cost >= 0 {
 		opts = append(opts, redlimit.WithResponseCost(func(*http.Request, int, http.Header) int { return cost }))
 	}
-	mw := nethttp.New(core.New(e.rdb), neverLimit, opts...)
+	mw := nethttp.New(core.New(e.rdb), e.limit(), opts...)
 	return httpOp(e, mw(okHandler))
 }
 
@@ -254,7 +274,7 @@ func ululeLimiter(e *env) (*limiter.Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return limiter.New(store, neverUlule), nil
+	return limiter.New(store, e.limitUlule()), nil
 }
 
 // okHandler is the application behind the middleware.
