@@ -177,6 +177,18 @@ func TestModel(t *testing.T) {
 			})
 		}
 	})
+	// A clock before 1970 (WithClock may give one): every time in every
+	// state below 0, and Lua's floored % and string forms meet them.
+	t.Run("before-1970", func(t *testing.T) {
+		t.Parallel()
+		env := miniredisEnvAt(modelT0Before1970)
+		for _, mc := range modelCases {
+			t.Run(mc.name, func(t *testing.T) {
+				t.Parallel()
+				modelRun(t, mc, env, ops/3, seed, budget/2)
+			})
+		}
+	})
 	t.Run("redis-clock", func(t *testing.T) {
 		t.Parallel()
 		srv := redistest.Standalone(t)
@@ -439,6 +451,9 @@ type menv struct {
 
 var modelT0 = t0.Add(123457 * time.Microsecond) // not a round number of µs
 
+// modelT0Before1970 is a start of the fake clock before 1970.
+var modelT0Before1970 = time.Date(1969, 7, 20, 20, 17, 40, 654321000, time.UTC)
+
 // countHook counts the prefetch give-backs (settlements whose reservation
 // id is "+") that Redis has answered, and, with persist, makes every key a
 // script call names persistent in the same round trip: on a real server
@@ -507,7 +522,9 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-func newMenv(t testing.TB, newClient func() *redis.Client, fake bool, persist bool, closeAll func()) *menv {
+// newMenv: Limiters on clients of newClient, on a fake clock from start,
+// or the Redis clock for a zero start.
+func newMenv(t testing.TB, newClient func() *redis.Client, start time.Time, persist bool, closeAll func()) *menv {
 	env := &menv{prefix: uniquePrefix(), giveBacks: &atomic.Int64{}}
 	var clients []*redis.Client
 	client := func() *redis.Client {
@@ -517,8 +534,8 @@ func newMenv(t testing.TB, newClient func() *redis.Client, fake bool, persist bo
 		return c
 	}
 	opts := []core.Option{patient, core.WithPrefix(env.prefix)}
-	if fake {
-		env.fake = &fakeClock{now: modelT0}
+	if !start.IsZero() {
+		env.fake = &fakeClock{now: start}
 		opts = append(opts, core.WithClock(env.fake.Now))
 	}
 	for i := 0; i < modelLimiters; i++ {
@@ -546,18 +563,27 @@ func newMenv(t testing.TB, newClient func() *redis.Client, fake bool, persist bo
 
 // miniredisEnv: an embedded server of its own; a fake client clock (its
 // TTLs never run).
-func miniredisEnv(t testing.TB) *menv {
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		panic(err)
+func miniredisEnv(t testing.TB) *menv { return miniredisEnvAt(modelT0)(t) }
+
+// miniredisEnvAt is miniredisEnv with the fake clock from start.
+func miniredisEnvAt(start time.Time) func(testing.TB) *menv {
+	return func(t testing.TB) *menv {
+		m := miniredis.NewMiniRedis()
+		if err := m.Start(); err != nil {
+			panic(err)
+		}
+		return newMenv(t, func() *redis.Client { return redis.NewClient(&redis.Options{Addr: m.Addr()}) }, start, false, m.Close)
 	}
-	return newMenv(t, func() *redis.Client { return redis.NewClient(&redis.Options{Addr: m.Addr()}) }, true, false, m.Close)
 }
 
 // standaloneEnv: a real server; a fake client clock (with persistent
 // keys), or the Redis clock in real time.
 func standaloneEnv(t testing.TB, addr string, fake bool) *menv {
-	return newMenv(t, func() *redis.Client { return redis.NewClient(&redis.Options{Addr: addr}) }, fake, fake, nil)
+	var start time.Time
+	if fake {
+		start = modelT0
+	}
+	return newMenv(t, func() *redis.Client { return redis.NewClient(&redis.Options{Addr: addr}) }, start, fake, nil)
 }
 
 // ---- the models ----
@@ -602,7 +628,7 @@ type model struct {
 
 	net     map[int64]int64 // fixed window: net events per window start
 	charges []mentry        // fixed window: each charge, in the window of win
-	lastWin int64           // fixed window: the last window seen, -1 none
+	lastWin int64           // fixed window: the last window seen, noWin for none
 
 	// A Limiter's prefetched events were counted when it fetched them: a
 	// charge (a debt) made after that fetch binds what comes after them,
@@ -618,7 +644,7 @@ type model struct {
 
 func newModel(l core.Limit, prefix string, start int64) *model {
 	m := &model{l: l, key: stateKey(prefix, "k", l), per: l.Period.Microseconds(), rate: int64(l.Rate),
-		capacity: int64(l.Capacity()), lastWin: -1, foldBefore: math.MaxInt64}
+		capacity: int64(l.Capacity()), lastWin: noWin, foldBefore: math.MaxInt64}
 	switch {
 	case l.Algorithm == core.TokenBucket && l.Stepped:
 		m.kind, m.base = kindStepped, meterState{t: start, v: m.capacity}
@@ -707,6 +733,10 @@ func (m *model) state(at int64) meterState {
 	return m.advance(s, at)
 }
 
+// noWin is a fixed window model's lastWin before it has seen one: below
+// every window's start, those before 1970 (below 0) included.
+const noWin = math.MinInt64
+
 // observe reads what the model needs of the real state after an
 // operation on it: a window's start, a stepped bucket's anchor.
 func (m *model) observe(ctx context.Context, admin redis.UniversalClient) error {
@@ -763,7 +793,7 @@ func (m *model) admit(before, after, c int64, open bool) (*mentry, string) {
 		m.entries = append(m.entries, e)
 	case kindWindow:
 		w := m.lastWin
-		if w < 0 || after < w || before >= w+m.per {
+		if w == noWin || after < w || before >= w+m.per {
 			why = fmt.Sprintf("%v: %d events admitted at %s, outside the window the state holds (%s)", m.l, c, fmtAt(after), fmtAt(w))
 			break
 		}
@@ -858,7 +888,7 @@ func (m *model) settle(e *mentry, n, cost, at int64) {
 	extra := cost - n
 	switch m.kind {
 	case kindWindow: // in the window of now, as observed after the settlement
-		if m.lastWin >= 0 {
+		if m.lastWin != noWin {
 			m.net[m.lastWin] += extra
 			kept := m.charges[:0]
 			for _, x := range m.charges {

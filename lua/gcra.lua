@@ -43,14 +43,14 @@ if name == 'gcra' then
   return retry == 0 and 1 or 0, l, (x + -x % drip) / drip, after, retry
 end
 --- general ---
--- gcra_state returns key's backlog at now in units (0 for none), f, b, a, p
--- and whether it keeps b, a, p (a bare "t" does not: b reads as never).
+-- gcra_state returns key's backlog at now in units (0 for none), f, b, a, p and whether
+-- it keeps b, a, p (a bare "t" does not: b reads as never). t, f, b < 0 before 1970.
 local function gcra_state(key, drip)
   local raw = redis.call('GET', key)
   local t, q, f, b, a, p = tonumber(raw), 0, 0, nil, 0, ''
   if raw and not t then
-    t, q, f, b, a, p = string.match(raw, '^(%d+):(%d+):(%d+):(%d+):(%d+) ?(.*)$')
-    if not t then t, q, f, a, p = string.match(raw, '^(%d+)'), 0, string.match(raw, ':(%d+)$'), 0, '' end
+    t, q, f, b, a, p = string.match(raw, '^(-?%d+):(%d+):(-?%d+):(-?%d+):(%d+) ?(.*)$')
+    if not t then t, q, f, a, p = string.match(raw, '^(-?%d+)'), 0, string.match(raw, ':(-?%d+)$'), 0, '' end
   end
   return math.max(0, ((t or now) - now) * drip + q), f + 0, tonumber(b) or math.huge, a + 0, p, b ~= nil
 end
