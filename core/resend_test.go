@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,6 +177,79 @@ func TestResendRefused(t *testing.T) {
 					t.Fatalf("%d left, want %d: refused decisions count nothing", res.Remaining, want)
 				}
 			})
+		}
+	}
+}
+
+// TestResendTimeoutNamesRefusal: a caller whose time runs out while its
+// call waits for a slot's keys to move gets a timeout that names the
+// refusal (TRYAGAIN), on a client that bounds commands by their context and
+// one that does not. Redis refuses the call and its resend at once, then
+// stalls the next resend past the timeout.
+func TestResendTimeoutNamesRefusal(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Standalone(t)
+	for _, bounded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", bounded), func(t *testing.T) {
+			t.Parallel()
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: bounded})
+			t.Cleanup(func() { rdb.Close() })
+			stall := &stallHook{d: 3 * time.Second}
+			stall.pass.Store(1 << 40) // until the warm-up is done
+			rdb.AddHook(stall)        // outermost: it sees the calls the refusals answer
+			hook := &refuseHook{err: replyError("TRYAGAIN Multiple keys request during rehashing of slot"), match: anyScript}
+			rdb.AddHook(hook)
+			lim := core.New(rdb, core.WithPrefix(uniquePrefix()), core.WithTimeout(time.Second))
+			l := core.PerHour(10)
+			warmUp(t, lim, hook, l, 1_000_000)
+			stall.pass.Store(2)
+			began := time.Now()
+			_, err := lim.Allow(context.Background(), "k", l)
+			if !errors.Is(err, core.ErrTimeout) || !strings.Contains(err.Error(), "TRYAGAIN") {
+				t.Fatalf("%v after %v; want a timeout that names the refusal (TRYAGAIN)", err, time.Since(began))
+			}
+			if stall.stalled.Load() == 0 {
+				t.Fatal("no call stalled: the timeout came before the resend that stalls")
+			}
+		})
+	}
+}
+
+// stallHook lets pass script calls through at once, then holds each
+// later one for d or until its context ends.
+type stallHook struct {
+	d       time.Duration
+	pass    atomic.Int64
+	stalled atomic.Int64
+}
+
+func (h *stallHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *stallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.hold(ctx, cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *stallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.hold(ctx, cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+func (h *stallHook) hold(ctx context.Context, cmds ...redis.Cmder) {
+	for _, cmd := range cmds {
+		if isScript(cmd) && h.pass.Add(-1) < 0 {
+			h.stalled.Add(1)
+			timer := time.NewTimer(h.d)
+			defer timer.Stop()
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+			}
+			return
 		}
 	}
 }

@@ -197,7 +197,8 @@ type lane struct {
 	alive int       // senders running
 }
 
-// seenError is the last error a round trip of a lane ended with, and when.
+// seenError is the last error a round trip of a lane ended with, or the
+// refusal (TRYAGAIN) a call of it waits out, and when.
 type seenError struct {
 	err error
 	at  time.Time
@@ -523,6 +524,11 @@ func (c *dueCtx) end() {
 func (ln *lane) roundTrip(ctx context.Context, t *trip, calls []*call) {
 	t.run(ctx, &ln.e.transport, calls)
 	t.each(func(u *unit) { ln.saw(u.err) })
+	for i := range t.resent { // waiting for a slot's keys: a timeout names why
+		if u := &t.resent[i]; u.err == errWaiting {
+			ln.saw(u.refusal)
+		}
+	}
 	t.answer()
 	if len(t.resent) > 0 { // a method value allocates: only when needed
 		t.requeue(ln.submit)
