@@ -73,12 +73,6 @@ type Adapter struct {
 // t0 is the embedded Redis's clock: it stands still unless a test moves it.
 var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// embedded returns a Limiter on a fresh miniredis with a still clock.
-func embedded(t *testing.T) *core.Limiter {
-	lim, _ := embeddedRedis(t)
-	return lim
-}
-
 // Embedded returns a Limiter with opts on a fresh miniredis whose clock
 // stands still, and a timeout of 10 s unless opts set one: for an
 // adapter's own tests, whose subject is not the timeout.
@@ -87,9 +81,9 @@ func Embedded(t *testing.T, opts ...core.Option) *core.Limiter {
 	return lim
 }
 
-// embeddedRedis is embedded with more options, that also returns the
-// miniredis, whose clock a test may move (with the deny cache off: it
-// runs on the process's clock).
+// embeddedRedis is Embedded that also returns the miniredis, whose clock
+// a test may move (with the deny cache off: it runs on the process's
+// clock).
 func embeddedRedis(t *testing.T, opts ...core.Option) (*core.Limiter, *miniredis.Miniredis) {
 	m := miniredis.RunT(t)
 	m.SetTime(t0)
@@ -249,7 +243,7 @@ func Run(t *testing.T, a Adapter) {
 }
 
 func testHeaders(t *testing.T, a Adapter) {
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{Limit: core.PerMinute(3)}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{Limit: core.PerMinute(3)}})
 	for i, reset := range []string{"20", "40", "60"} {
 		w := req{}.send(h)
 		expect(t, fmt.Sprintf("request %d", i+1), w, http.StatusOK,
@@ -285,7 +279,7 @@ func testHeaderProfiles(t *testing.T, a Adapter) {
 			[]string{"RateLimit", "", "X-RateLimit-Limit", "", "Retry-After", "60"}},
 	} {
 		opts := []redlimit.Option{redlimit.WithName("p"), redlimit.WithHeaders(tt.profile)}
-		h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), opts}})
+		h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(1), opts}})
 		expect(t, fmt.Sprintf("profile %d, allowed", tt.profile), req{}.send(h), http.StatusOK, tt.allowed...)
 		expect(t, fmt.Sprintf("profile %d, denied", tt.profile), req{}.send(h), http.StatusTooManyRequests, tt.denied...)
 	}
@@ -293,7 +287,7 @@ func testHeaderProfiles(t *testing.T, a Adapter) {
 
 func testSkip(t *testing.T, a Adapter) {
 	skip := redlimit.WithSkip(func(r *http.Request) bool { return r.URL.Path == "/ping" })
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{skip}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{skip}}})
 	for i := 0; i < 3; i++ {
 		expect(t, "skipped", req{}.send(h), http.StatusOK, "X-RateLimit-Limit", "")
 	}
@@ -306,7 +300,7 @@ func testDenyHandler(t *testing.T, a Adapter) {
 		w.WriteHeader(http.StatusTeapot)
 		fmt.Fprintf(w, "slow down, %s", d.Policy)
 	})
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{deny, redlimit.WithName("tea")}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{deny, redlimit.WithName("tea")}}})
 	req{}.send(h)
 	w := req{}.send(h)
 	expect(t, "denied", w, http.StatusTeapot, "Retry-After", "60", "X-RateLimit-Remaining", "0")
@@ -316,7 +310,7 @@ func testDenyHandler(t *testing.T, a Adapter) {
 }
 
 func testCost(t *testing.T, a Adapter) {
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(5), []redlimit.Option{redlimit.WithCost(2)}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(5), []redlimit.Option{redlimit.WithCost(2)}}})
 	expect(t, "first", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", "3")
 	expect(t, "second", req{}.send(h), http.StatusOK, "X-RateLimit-Remaining", "1")
 	expect(t, "third", req{}.send(h), http.StatusTooManyRequests, "X-RateLimit-Remaining", "1")
@@ -330,7 +324,7 @@ func testCost(t *testing.T, a Adapter) {
 // of the 1 s until one more unit does.
 func testCostUnits(t *testing.T, a Adapter) {
 	opts := []redlimit.Option{redlimit.WithName("c"), redlimit.WithCost(100), redlimit.WithHeaders(redlimit.HeadersBoth)}
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(150), opts}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(150), opts}})
 	expect(t, "a request of cost 100", req{}.send(h), http.StatusOK,
 		"X-RateLimit-Limit", "150", "X-RateLimit-Remaining", "50", "X-RateLimit-Reset", "40",
 		"RateLimit-Policy", `"c";q=150;w=60`, "RateLimit", `"c";r=50;t=1`)
@@ -350,7 +344,7 @@ func testDryRun(t *testing.T, a Adapter) {
 			wouldDeny.Add(1)
 		}
 	})
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{redlimit.WithDryRun(), observe}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{redlimit.WithDryRun(), observe}}})
 	for i := 0; i < 3; i++ {
 		expect(t, "dry run", req{}.send(h), http.StatusOK, "X-RateLimit-Limit", "", "Retry-After", "")
 	}
@@ -361,7 +355,7 @@ func testDryRun(t *testing.T, a Adapter) {
 
 func testMissingKey(t *testing.T, a Adapter) {
 	key := redlimit.WithKey(keyfunc.Header("X-Api-Key"))
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{key}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{key}}})
 	expect(t, "no key", req{}.send(h), http.StatusBadRequest, "X-RateLimit-Limit", "")
 	expect(t, "with a key", req{headers: []string{"X-Api-Key", "k"}}.send(h), http.StatusOK)
 	expect(t, "same key again", req{headers: []string{"X-Api-Key", "k"}}.send(h), http.StatusTooManyRequests)
@@ -430,7 +424,7 @@ func testContextUser(t *testing.T, a Adapter) {
 	var keys sync.Map
 	observe := redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) { keys.Store(d.Key, true) })
 	perUser := []redlimit.Option{redlimit.WithName("per-user"), redlimit.WithKey(a.UserKey("user")), observe}
-	h := build(t, a, Spec{Limiter: embedded(t), StoreUser: "user", Global: &Mw{core.PerMinute(2), perUser}})
+	h := build(t, a, Spec{Limiter: Embedded(t), StoreUser: "user", Global: &Mw{core.PerMinute(2), perUser}})
 	alice, bob := []string{"X-User", "alice"}, []string{"X-User", "bob"}
 	expect(t, "alice", req{remote: "198.51.100.1:1", headers: alice}.send(h), http.StatusOK, "X-RateLimit-Remaining", "1")
 	expect(t, "alice from elsewhere", req{remote: "198.51.100.2:1", headers: alice}.send(h), http.StatusOK, "X-RateLimit-Remaining", "0")
@@ -442,7 +436,7 @@ func testContextUser(t *testing.T, a Adapter) {
 	}
 	// On a route's own middleware, and in a rules table.
 	login := []redlimit.Option{redlimit.WithName("login"), redlimit.WithKey(a.UserKey("user"))}
-	h = build(t, a, Spec{Limiter: embedded(t), StoreUser: "user", Login: &Mw{core.PerMinute(1), login},
+	h = build(t, a, Spec{Limiter: Embedded(t), StoreUser: "user", Login: &Mw{core.PerMinute(1), login},
 		Rules: redlimit.Rules{"GET /users/{id}": "1/m"}, RulesOpts: login[1:]})
 	for _, who := range [][]string{alice, bob} {
 		expect(t, who[1]+"'s login", req{method: http.MethodPost, path: "/login", headers: who}.send(h), http.StatusOK)
@@ -458,7 +452,7 @@ func testLongKeys(t *testing.T, a Adapter) {
 	var keys sync.Map
 	observe := redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) { keys.Store(d.Key, true) })
 	opts := []redlimit.Option{redlimit.WithKey(keyfunc.Header("X-Api-Key")), observe, redlimit.WithName("long")}
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), opts}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(1), opts}})
 	long := strings.Repeat("k", 5000)
 	expect(t, "a long key", req{headers: []string{"X-Api-Key", long}}.send(h), http.StatusOK)
 	expect(t, "again", req{headers: []string{"X-Api-Key", long}}.send(h), http.StatusTooManyRequests)
@@ -472,7 +466,7 @@ func testLongKeys(t *testing.T, a Adapter) {
 }
 
 func testForgedForwardedFor(t *testing.T, a Adapter) {
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{Limit: core.PerMinute(2)}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{Limit: core.PerMinute(2)}})
 	for i, forged := range []string{"198.51.100.1", "198.51.100.2"} {
 		w := req{headers: []string{"X-Forwarded-For", forged, "X-Real-IP", forged}}.send(h)
 		expect(t, "forged header", w, http.StatusOK, "X-RateLimit-Remaining", fmt.Sprint(1-i))
@@ -482,7 +476,7 @@ func testForgedForwardedFor(t *testing.T, a Adapter) {
 
 func testTrustedProxies(t *testing.T, a Adapter) {
 	key := redlimit.WithKey(keyfunc.IP(keyfunc.TrustProxies("10.0.0.0/8")))
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{key}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{key}}})
 	viaProxy := func(client string) req {
 		return req{remote: "10.0.0.1:5000", headers: []string{"X-Forwarded-For", "6.6.6.6, " + client}}
 	}
@@ -496,7 +490,7 @@ func testTrustedProxies(t *testing.T, a Adapter) {
 }
 
 func testIPv6Grouping(t *testing.T, a Adapter) {
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{Limit: core.PerMinute(2)}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{Limit: core.PerMinute(2)}})
 	expect(t, "2001:db8::1", req{remote: "[2001:db8::1]:1"}.send(h), http.StatusOK)
 	expect(t, "2001:db8::2, same /64", req{remote: "[2001:db8::2]:1"}.send(h), http.StatusOK)
 	expect(t, "2001:db8::3, same /64", req{remote: "[2001:db8::3]:1"}.send(h), http.StatusTooManyRequests)
@@ -505,7 +499,7 @@ func testIPv6Grouping(t *testing.T, a Adapter) {
 
 func testRouteKeys(t *testing.T, a Adapter) {
 	key := redlimit.WithKey(keyfunc.Route())
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(2), []redlimit.Option{key}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(2), []redlimit.Option{key}}})
 	expect(t, "/users/1", req{path: "/users/1"}.send(h), http.StatusOK)
 	expect(t, "/users/2 from elsewhere", req{path: "/users/2", remote: "198.51.100.1:1"}.send(h), http.StatusOK)
 	expect(t, "/users/3: the same route", req{path: "/users/3"}.send(h), http.StatusTooManyRequests)
@@ -513,7 +507,7 @@ func testRouteKeys(t *testing.T, a Adapter) {
 }
 
 func testPerRoute(t *testing.T, a Adapter) {
-	h := build(t, a, Spec{Limiter: embedded(t), Login: &Mw{Limit: core.PerMinute(2)}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Login: &Mw{Limit: core.PerMinute(2)}})
 	for i := 0; i < 2; i++ {
 		expect(t, "login", req{method: http.MethodPost, path: "/login"}.send(h), http.StatusOK)
 	}
@@ -529,14 +523,14 @@ func testPerRoute(t *testing.T, a Adapter) {
 func testPoliciesApart(t *testing.T, a Adapter) {
 	// Unnamed, two policies with the same limit share state; building the
 	// app twice on one Limiter (a reload, a test helper) is no error.
-	lim := embedded(t)
+	lim := Embedded(t)
 	spec := Spec{Limiter: lim, Login: &Mw{Limit: core.PerHour(2)}, Users: &Mw{Limit: core.PerHour(2)}}
 	build(t, a, spec)
 	h := build(t, a, spec)
 	expect(t, "unnamed login", req{method: http.MethodPost, path: "/login"}.send(h), http.StatusOK, "X-RateLimit-Remaining", "1")
 	expect(t, "unnamed users shares its state", req{path: "/users/1"}.send(h), http.StatusOK, "X-RateLimit-Remaining", "0")
 
-	h = build(t, a, Spec{Limiter: embedded(t),
+	h = build(t, a, Spec{Limiter: Embedded(t),
 		Login: &Mw{core.PerHour(2), []redlimit.Option{redlimit.WithName("login")}},
 		Users: &Mw{core.PerHour(2), []redlimit.Option{redlimit.WithName("users")}}})
 	for i := 0; i < 2; i++ {
@@ -551,7 +545,7 @@ func testPoliciesApart(t *testing.T, a Adapter) {
 // fields list both.
 func testTwoPoliciesHeaders(t *testing.T, a Adapter) {
 	login := req{method: http.MethodPost, path: "/login"}
-	h := build(t, a, Spec{Limiter: embedded(t),
+	h := build(t, a, Spec{Limiter: Embedded(t),
 		Global: &Mw{core.PerMinute(1), []redlimit.Option{redlimit.WithName("global")}},
 		Login:  &Mw{core.PerMinute(5), []redlimit.Option{redlimit.WithName("login")}}})
 	expect(t, "global 1/m, login 5/m", login.send(h), http.StatusOK,
@@ -559,7 +553,7 @@ func testTwoPoliciesHeaders(t *testing.T, a Adapter) {
 
 	// The second policy denies after the first passed: the denier's
 	// headers, matching its Retry-After.
-	h = build(t, a, Spec{Limiter: embedded(t),
+	h = build(t, a, Spec{Limiter: Embedded(t),
 		Global: &Mw{core.PerMinute(2), []redlimit.Option{redlimit.WithName("global")}},
 		Login:  &Mw{core.PerHour(1), []redlimit.Option{redlimit.WithName("login")}}})
 	login.send(h)
@@ -567,7 +561,7 @@ func testTwoPoliciesHeaders(t *testing.T, a Adapter) {
 		"X-RateLimit-Limit", "1", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "3600", "Retry-After", "3600")
 
 	draft := []redlimit.Option{redlimit.WithHeaders(redlimit.HeadersDraft)}
-	h = build(t, a, Spec{Limiter: embedded(t),
+	h = build(t, a, Spec{Limiter: Embedded(t),
 		Global: &Mw{core.PerMinute(10), append(draft, redlimit.WithName("global"))},
 		Login:  &Mw{core.PerMinute(5), append(draft, redlimit.WithName("login"))}})
 	w := login.send(h)
@@ -582,7 +576,7 @@ func testTwoPoliciesHeaders(t *testing.T, a Adapter) {
 
 func testRules(t *testing.T, a Adapter) {
 	rules := redlimit.Rules{"POST /login": "2/m", "GET /users/*": "3/m"}
-	h := build(t, a, Spec{Limiter: embedded(t), Rules: rules})
+	h := build(t, a, Spec{Limiter: Embedded(t), Rules: rules})
 	login := req{method: http.MethodPost, path: "/login"}
 	for i := 0; i < 2; i++ {
 		expect(t, "login", login.send(h), http.StatusOK)
@@ -599,7 +593,7 @@ func testRules(t *testing.T, a Adapter) {
 }
 
 func testRulesErrors(t *testing.T, a Adapter) {
-	lim := embedded(t)
+	lim := Embedded(t)
 	for rule, says := range map[string]string{
 		"GET /a/*/b":      "'*' may only end a pattern",
 		"GET /api/*x":     "'*' may only end a pattern",
@@ -627,7 +621,7 @@ func testRulesErrors(t *testing.T, a Adapter) {
 // state; a pattern is matched the same whatever the spelling of its host.
 // A pattern with a port, which would never match, is refused.
 func testRulesHosts(t *testing.T, a Adapter) {
-	lim := embedded(t)
+	lim := Embedded(t)
 	h := build(t, a, Spec{Limiter: lim, Rules: redlimit.Rules{"api.example.com/login": "1/m"}})
 	login := func(host string) req { return req{method: http.MethodPost, path: "/login", host: host} }
 	expect(t, "api.example.com", login("api.example.com").send(h), http.StatusOK, "X-RateLimit-Remaining", "0")
@@ -664,7 +658,7 @@ func testShaping(t *testing.T, a Adapter) {
 		delays = append(delays, d.Result.Delay)
 	})
 	limit := core.Limit{Algorithm: core.LeakyBucket, Rate: 20, Period: time.Second, Burst: 3, Shape: true}
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{limit, []redlimit.Option{observe}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{limit, []redlimit.Option{observe}}})
 	for i := 0; i < 3; i++ {
 		expect(t, fmt.Sprintf("queued request %d", i), req{}.send(h), http.StatusOK)
 	}
@@ -859,7 +853,7 @@ func testWithAlso(t *testing.T, a Adapter) {
 // neither, and a request no rule matches is decided by "*" alone.
 func testRulesCatchAll(t *testing.T, a Adapter) {
 	rules := redlimit.Rules{"*": "4/m", "POST /login": "1/m, 5/h fixed_window"}
-	h := build(t, a, Spec{Limiter: embedded(t), Rules: rules, RulesOpts: []redlimit.Option{redlimit.WithHeaders(redlimit.HeadersBoth)}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Rules: rules, RulesOpts: []redlimit.Option{redlimit.WithHeaders(redlimit.HeadersBoth)}})
 	login := req{method: http.MethodPost, path: "/login"}
 	w := login.send(h)
 	expect(t, "login", w, http.StatusOK, "X-RateLimit-Limit", "1", "X-RateLimit-Remaining", "0")
@@ -875,7 +869,7 @@ func testRulesCatchAll(t *testing.T, a Adapter) {
 		expect(t, "ping", req{}.send(h), http.StatusOK)
 	}
 	expect(t, "ping over the catch-all", req{}.send(h), http.StatusTooManyRequests, "X-RateLimit-Limit", "4")
-	if _, err := a.App(Spec{Limiter: embedded(t), Rules: redlimit.Rules{"*": "1/m, 2/m"}}); err == nil || !strings.Contains(err.Error(), `rule "*"`) {
+	if _, err := a.App(Spec{Limiter: Embedded(t), Rules: redlimit.Rules{"*": "1/m, 2/m"}}); err == nil || !strings.Contains(err.Error(), `rule "*"`) {
 		t.Fatalf("a catch-all whose limits share state: %v, want an error naming the rule", err)
 	}
 }
@@ -903,7 +897,7 @@ func testRequestLimits(t *testing.T, a Adapter) {
 			return []core.Limit{l}, nil
 		}
 	})
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerHour(1), []redlimit.Option{redlimit.WithName("plan"), pick}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerHour(1), []redlimit.Option{redlimit.WithName("plan"), pick}}})
 	free, pro := req{headers: []string{"X-Plan", "free"}}, req{headers: []string{"X-Plan", "pro"}}
 	expect(t, "free", free.send(h), http.StatusOK, "X-RateLimit-Limit", "2", "X-RateLimit-Remaining", "1")
 	expect(t, "free", free.send(h), http.StatusOK, "X-RateLimit-Remaining", "0")
@@ -1029,7 +1023,7 @@ func testDraftHeaders(t *testing.T, a Adapter) {
 	}
 
 	// A GCRA of 3 a minute, bursts of 5: more quota every 20 s.
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.Limit{Rate: 3, Period: time.Minute, Burst: 5},
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.Limit{Rate: 3, Period: time.Minute, Burst: 5},
 		[]redlimit.Option{redlimit.WithName("g"), draft}}})
 	w := req{}.send(h)
 	expect(t, "first", w, http.StatusOK, "RateLimit-Policy", `"g";q=3;w=60;redlimit-burst=5`, "RateLimit", `"g";r=4;t=20`)
@@ -1042,7 +1036,7 @@ func testDraftHeaders(t *testing.T, a Adapter) {
 	expect(t, "denied", w, http.StatusTooManyRequests, "RateLimit", `"g";r=0;t=20`, "Retry-After", "20")
 
 	// Sub-second periods scale to a whole-second window.
-	h = build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.Limit{Rate: 3, Period: 500 * time.Millisecond},
+	h = build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.Limit{Rate: 3, Period: 500 * time.Millisecond},
 		[]redlimit.Option{redlimit.WithName("fast"), draft}}})
 	w = req{}.send(h)
 	if l := parse("3/500ms", w, "RateLimit-Policy"); param(l, 0, "q") != int64(6) || param(l, 0, "w") != int64(1) {
@@ -1053,7 +1047,7 @@ func testDraftHeaders(t *testing.T, a Adapter) {
 	// that refills in an hour: on the 429, each t is at most Retry-After;
 	// the hour's would not be, so it is left out.
 	hourly := core.Limit{Algorithm: core.FixedWindow, Rate: 100, Period: time.Hour}
-	h = build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.Limit{Algorithm: core.TokenBucket, Rate: 1, Period: time.Second, Burst: 2},
+	h = build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.Limit{Algorithm: core.TokenBucket, Rate: 1, Period: time.Second, Burst: 2},
 		[]redlimit.Option{redlimit.WithName("tb"), redlimit.WithAlso(hourly), draft}}})
 	req{}.send(h)
 	req{}.send(h)
@@ -1067,7 +1061,7 @@ func testDraftHeaders(t *testing.T, a Adapter) {
 	// pk: a keyed hash, the same for one client, different for another,
 	// never the address itself.
 	secret := redlimit.WithPartitionKey([]byte("0123456789abcdef-secret"))
-	h = build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(10), []redlimit.Option{redlimit.WithName("pk"), draft, secret}}})
+	h = build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(10), []redlimit.Option{redlimit.WithName("pk"), draft, secret}}})
 	pk := func(remote string) []byte {
 		w := req{remote: remote}.send(h)
 		v, ok := param(parse("pk", w, "RateLimit"), 0, "pk").([]byte)
@@ -1088,7 +1082,7 @@ func testDraftHeaders(t *testing.T, a Adapter) {
 func testProblemDetails(t *testing.T, a Adapter) {
 	problem := redlimit.WithProblemDetails()
 	hourly := core.Limit{Algorithm: core.FixedWindow, Rate: 1, Period: time.Hour}
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{redlimit.WithName("api"), redlimit.WithAlso(hourly), problem}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{redlimit.WithName("api"), redlimit.WithAlso(hourly), problem}}})
 	req{}.send(h)
 	w := req{}.send(h)
 	// Both deny; the binding one waits longest.
@@ -1105,7 +1099,7 @@ func testProblemDetails(t *testing.T, a Adapter) {
 	if body.Type != "https://iana.org/assignments/http-problem-types#quota-exceeded" || body.Status != 429 || fmt.Sprint(body.Violated) != "[api api-1h]" || body.RetryAfter != 3600 || body.Title == "" {
 		t.Fatalf("problem %+v from %q", body, w.Body.String())
 	}
-	h = build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{redlimit.WithKey(keyfunc.Header("X-Api-Key")), problem}}})
+	h = build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{redlimit.WithKey(keyfunc.Header("X-Api-Key")), problem}}})
 	w = req{}.send(h)
 	expect(t, "no key", w, http.StatusBadRequest, "Content-Type", "application/problem+json")
 	if !strings.Contains(w.Body.String(), `"type":"about:blank"`) || !strings.Contains(w.Body.String(), `"status":400`) {
@@ -1118,7 +1112,7 @@ func testProblemDetails(t *testing.T, a Adapter) {
 // and the body says what the header says.
 func testRetryAfterJitter(t *testing.T, a Adapter) {
 	jitter := redlimit.WithRetryAfterJitter(20 * time.Second)
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{jitter}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{jitter}}})
 	seen := map[string]bool{}
 	for i := 0; i < 40; i++ {
 		r := req{remote: fmt.Sprintf("198.51.100.%d:1", i)}
@@ -1142,7 +1136,7 @@ func testRetryAfterJitter(t *testing.T, a Adapter) {
 
 // testResetUnix: WithResetUnix sends X-RateLimit-Reset as a Unix time.
 func testResetUnix(t *testing.T, a Adapter) {
-	h := build(t, a, Spec{Limiter: embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{redlimit.WithResetUnix()}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(1), []redlimit.Option{redlimit.WithResetUnix()}}})
 	before := time.Now()
 	w := req{}.send(h)
 	reset, err := strconv.ParseInt(w.Header().Get("X-RateLimit-Reset"), 10, 64)

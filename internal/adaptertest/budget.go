@@ -61,7 +61,7 @@ func tokenBudget(t *testing.T, limits string) redlimit.Budget {
 func testBudgetDenials(t *testing.T, a Adapter) {
 	opts := []redlimit.Option{redlimit.WithName("api"), redlimit.WithHeaders(redlimit.HeadersBoth),
 		redlimit.WithBudget(tokenBudget(t, "1000/m unit=tokens"))}
-	h := build(t, a, Spec{Limiter: embedded(t), WorkHandler: tokensHandler, Work: &Mw{core.PerMinute(3), opts}})
+	h := build(t, a, Spec{Limiter: Embedded(t), WorkHandler: tokensHandler, Work: &Mw{core.PerMinute(3), opts}})
 	expect(t, "estimate 600, used 900", work(h, "X-Estimate", "600", "X-Use", "900"), http.StatusOK,
 		"X-RateLimit-Limit", "3", "X-RateLimit-Remaining", "2",
 		"RateLimit-Policy", `"api";q=3;w=60, "api-1m-tokens";q=1000;qu="tokens";w=60`,
@@ -107,7 +107,7 @@ func logHeaders(t *testing.T, what string, w *httptest.ResponseRecorder) {
 func testBudgetSettles(t *testing.T, a Adapter) {
 	opts := []redlimit.Option{redlimit.WithName("s"), redlimit.WithHeaders(redlimit.HeadersDraft),
 		redlimit.WithBudget(tokenBudget(t, "1000/h fixed_window unit=tokens"))}
-	h := build(t, a, Spec{Limiter: embedded(t), WorkHandler: tokensHandler,
+	h := build(t, a, Spec{Limiter: Embedded(t), WorkHandler: tokensHandler,
 		Work: &Mw{core.Limit{Algorithm: core.FixedWindow, Rate: 10, Period: time.Hour}, opts}})
 	expect(t, "estimate 100, used 300", work(h, "X-Estimate", "100", "X-Use", "300"), http.StatusOK,
 		"RateLimit", `"s";r=9;t=3600, "s-1h-tokens";r=900;t=3600`)
@@ -155,7 +155,7 @@ func testBudgetLastTokens(t *testing.T, a Adapter) {
 		b.TakeRest = rest
 		name := fmt.Sprintf("rest-%v", rest)
 		opts := []redlimit.Option{redlimit.WithName(name), redlimit.WithHeaders(redlimit.HeadersDraft), redlimit.WithBudget(b)}
-		h := build(t, a, Spec{Limiter: embedded(t), WorkHandler: tokensHandler,
+		h := build(t, a, Spec{Limiter: Embedded(t), WorkHandler: tokensHandler,
 			Work: &Mw{core.Limit{Algorithm: core.FixedWindow, Rate: 10, Period: time.Hour}, opts}})
 		expect(t, name+": 80 of 100", work(h, "X-Estimate", "80", "X-Use", "80"), http.StatusOK)
 		w := work(h, "X-Estimate", "50", "X-Use", "50")
@@ -219,7 +219,7 @@ func testBudgetStream(t *testing.T, a Adapter) {
 			return 100
 		}}
 	opts := []redlimit.Option{redlimit.WithName("sse"), redlimit.WithHeaders(redlimit.HeadersDraft), redlimit.WithBudget(b)}
-	srv := httptest.NewServer(build(t, a, Spec{Limiter: embedded(t), WorkHandler: s, Work: &Mw{core.PerHour(100), opts}}))
+	srv := httptest.NewServer(build(t, a, Spec{Limiter: Embedded(t), WorkHandler: s, Work: &Mw{core.PerHour(100), opts}}))
 	t.Cleanup(srv.Close)
 	post := func(ctx context.Context, header ...string) *http.Response {
 		r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/work", nil)

@@ -43,7 +43,7 @@ func testFailedLoginsCount(t *testing.T, a Adapter) {
 		return 1
 	})
 	limit := core.Limit{Algorithm: core.SlidingLog, Rate: 3, Period: time.Hour}
-	h := build(t, a, Spec{Limiter: embedded(t), Work: &Mw{limit, []redlimit.Option{onlyFailures}}, WorkHandler: login})
+	h := build(t, a, Spec{Limiter: Embedded(t), Work: &Mw{limit, []redlimit.Option{onlyFailures}}, WorkHandler: login})
 	for i := 0; i < 5; i++ {
 		expect(t, fmt.Sprintf("good login %d", i+1), work(h, "X-Password", "right"), http.StatusOK, "X-RateLimit-Remaining", "2")
 	}
@@ -74,7 +74,7 @@ func testTokensCharged(t *testing.T, a Adapter) {
 		return n
 	})
 	limit := core.Limit{Algorithm: core.TokenBucket, Rate: 100, Period: time.Hour}
-	h := build(t, a, Spec{Limiter: embedded(t), Work: &Mw{limit, []redlimit.Option{redlimit.WithCost(10), tokens}}, WorkHandler: llm})
+	h := build(t, a, Spec{Limiter: Embedded(t), Work: &Mw{limit, []redlimit.Option{redlimit.WithCost(10), tokens}}, WorkHandler: llm})
 	expect(t, "estimate 10, used 4", work(h, "X-Will-Use", "4"), http.StatusOK, "X-RateLimit-Remaining", "90")
 	expect(t, "estimate 10, used 50", work(h, "X-Will-Use", "50"), http.StatusOK, "X-RateLimit-Remaining", "86")
 	expect(t, "estimate 10, used 80", work(h, "X-Will-Use", "80"), http.StatusOK, "X-RateLimit-Remaining", "36")
@@ -159,7 +159,7 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // a handler returns.
 func testInFlight(t *testing.T, a Adapter) {
 	g := newGate()
-	h := build(t, a, Spec{Limiter: embedded(t), WorkHandler: g, Work: &Mw{core.Limit{Algorithm: core.Concurrency, Rate: 2, Period: 30 * time.Second},
+	h := build(t, a, Spec{Limiter: Embedded(t), WorkHandler: g, Work: &Mw{core.Limit{Algorithm: core.Concurrency, Rate: 2, Period: 30 * time.Second},
 		[]redlimit.Option{redlimit.WithHeaders(redlimit.HeadersBoth)}}})
 	done := make(chan *httptest.ResponseRecorder, 2)
 	for i := 0; i < 2; i++ {
@@ -189,7 +189,7 @@ func testInFlight(t *testing.T, a Adapter) {
 func testInFlightRules(t *testing.T, a Adapter) {
 	g := newGate()
 	rules := redlimit.Rules{"*": "3/m", "POST /work": "1 concurrent lease=30s"}
-	h := build(t, a, Spec{Limiter: embedded(t), Rules: rules, WorkHandler: g})
+	h := build(t, a, Spec{Limiter: Embedded(t), Rules: rules, WorkHandler: g})
 	done := make(chan *httptest.ResponseRecorder, 1)
 	go func() { done <- work(h) }()
 	<-g.started
@@ -209,7 +209,7 @@ func testInFlightRules(t *testing.T, a Adapter) {
 // panic goes on up.
 func testSlotFreedOnPanic(t *testing.T, a Adapter) {
 	boom := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") })
-	h := build(t, a, Spec{Limiter: embedded(t), WorkHandler: boom, Work: &Mw{Limit: core.Limit{Algorithm: core.Concurrency, Rate: 1, Period: time.Hour}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), WorkHandler: boom, Work: &Mw{Limit: core.Limit{Algorithm: core.Concurrency, Rate: 1, Period: time.Hour}}})
 	for i := 0; i < 3; i++ {
 		func() {
 			defer func() {
@@ -229,13 +229,13 @@ func testSlotFreedClientGone(t *testing.T, a Adapter) {
 	left := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	})
-	h := build(t, a, Spec{Limiter: embedded(t), WorkHandler: left, Work: &Mw{Limit: core.Limit{Algorithm: core.Concurrency, Rate: 1, Period: time.Hour}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), WorkHandler: left, Work: &Mw{Limit: core.Limit{Algorithm: core.Concurrency, Rate: 1, Period: time.Hour}}})
 	for i := 0; i < 3; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		req{method: http.MethodPost, path: "/work", ctx: ctx}.send(h)
 		cancel()
 	}
-	ok := build(t, a, Spec{Limiter: embedded(t), WorkHandler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
+	ok := build(t, a, Spec{Limiter: Embedded(t), WorkHandler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
 		Work: &Mw{Limit: core.Limit{Algorithm: core.Concurrency, Rate: 1, Period: time.Hour}}})
 	expect(t, "then a request that stays", work(ok), http.StatusOK, "X-RateLimit-Remaining", "0")
 }
@@ -268,7 +268,7 @@ func testStreamingAndHijacked(t *testing.T, a Adapter) {
 		<-release
 		io.WriteString(w, "last\n")
 	})
-	srv := httptest.NewServer(build(t, a, Spec{Limiter: embedded(t), WorkHandler: streaming,
+	srv := httptest.NewServer(build(t, a, Spec{Limiter: Embedded(t), WorkHandler: streaming,
 		Work: &Mw{Limit: core.Limit{Algorithm: core.Concurrency, Rate: 1, Period: time.Hour}}}))
 	t.Cleanup(srv.Close)
 	post := func(header ...string) (*http.Response, error) {

@@ -58,15 +58,6 @@ type Limit struct {
 	Unit     string
 }
 
-// PerSecond returns a GCRA limit of rate events per second, bursts up to rate.
-func PerSecond(rate int) Limit { return Limit{Rate: rate, Period: time.Second} }
-
-// PerMinute returns a GCRA limit of rate events per minute, bursts up to rate.
-func PerMinute(rate int) Limit { return Limit{Rate: rate, Period: time.Minute} }
-
-// PerHour returns a GCRA limit of rate events per hour, bursts up to rate.
-func PerHour(rate int) Limit { return Limit{Rate: rate, Period: time.Hour} }
-
 // algorithm returns the effective algorithm: "" is GCRA.
 func (l Limit) algorithm() Algorithm {
 	if l.Algorithm == "" {

@@ -17,7 +17,7 @@ type keyTuple struct {
 
 // stateKeyLimits are limits of distinct variants or periods.
 var stateKeyLimits = []Limit{
-	PerMinute(1),
+	Limit{Rate: 1, Period: time.Minute},
 	{Algorithm: TokenBucket, Stepped: true, Rate: 1, Period: 10 * time.Second},
 	{Algorithm: FixedWindow, Rate: 1, Period: time.Hour},
 	{Algorithm: FixedWindow, Rate: 1, Period: 24 * time.Hour, Calendar: "UTC"},
@@ -257,7 +257,7 @@ func TestStateKeyInjective(t *testing.T) {
 // BenchmarkStateKey: a name in the common case allocates once (the name),
 // with a scope as without; each part escaped adds one.
 func BenchmarkStateKey(b *testing.B) {
-	info, err := infos.get(PerMinute(1))
+	info, err := infos.get(Limit{Rate: 1, Period: time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}

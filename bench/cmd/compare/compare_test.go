@@ -76,9 +76,44 @@ func TestOnlyAndFlags(t *testing.T) {
 	if cfg.poolSize() < 4 {
 		t.Errorf("pool size %d below the goroutines", cfg.poolSize())
 	}
-	for _, bad := range [][]string{{"-only=nope"}, {"-goroutines=0"}, {"-keys=x"}, {"-rounds=0"}, {"extra"}} {
+	for _, bad := range [][]string{{"-only=nope"}, {"-goroutines=0"}, {"-keys=x"}, {"-rounds=0"}, {"-rate=-1"}, {"-rate=1000000001"}, {"extra"}} {
 		if _, _, err := parseFlags(bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q): no error", bad)
 		}
+	}
+}
+
+// TestRate: -rate sets the throughput rows' limits (a million a second by
+// default), every peer's as well as redlimit's: at 1 a second one hot key
+// denies after its first event, which the rows count as wrong answers.
+func TestRate(t *testing.T) {
+	cfg, _, err := parseFlags(nil, &bytes.Buffer{})
+	if err != nil || cfg.rate() != 1_000_000 {
+		t.Fatalf("default rate %d (%v), want 1000000", cfg.rate(), err)
+	}
+	if cfg, _, err = parseFlags([]string{"-rate=1", "-only=core,redis_rate,ulule"}, &bytes.Buffer{}); err != nil || cfg.rate() != 1 {
+		t.Fatalf("-rate=1: %d, %v", cfg.rate(), err)
+	}
+	srv := redistest.Standalone(t)
+	cfg.Duration, cfg.Warmup = 50*time.Millisecond, 10*time.Millisecond
+	cfg.Goroutines, cfg.Keys = []int{1}, []int{1}
+	rep, err := run(context.Background(), cfg, srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"core", "redis_rate", "ulule"} {
+		for _, r := range allRows {
+			if r.name != name {
+				continue
+			}
+			if s, ok := rep.summarize(r, cell{goroutines: 1, keys: 1}); !ok || s.errors+s.warmErrs == 0 {
+				t.Errorf("%s at 1 a second: no denial counted (%+v, ran: %v)", name, s, ok)
+			}
+		}
+	}
+	var text bytes.Buffer
+	rep.writeText(&text)
+	if !strings.Contains(text.String(), "core.Limit{Rate: 1, Period: time.Second}") {
+		t.Errorf("the heading does not name the rate:\n%s", text.String())
 	}
 }
