@@ -12,8 +12,8 @@ import (
 // testConcHoldHint: a Concurrency denial's RetryAfter (and NextAfter) is
 // when the slot it waits for is likely free, from how long the key's slots
 // were held before (a moving average of the holds settlements ended), and
-// never later than that slot's lease end; without history it is the lease
-// end. Exact on the world's clock: each branch of lua/concurrency.lua's
+// never later than that slot's lease end; without history it is the
+// first hint (a second), or the lease end if sooner. Exact on the world's clock: each branch of lua/concurrency.lua's
 // hint and of its record.
 func testConcHoldHint(t *testing.T, w *world) {
 	lim := core.New(w.newClient(), append(w.opts[:len(w.opts):len(w.opts)], core.WithDenyCache(0))...)
@@ -35,13 +35,15 @@ func testConcHoldHint(t *testing.T, w *world) {
 		}
 	}
 
-	// No history: the earliest lease end, as the lease promises.
+	// No history: the first hint, a second, within the lease.
 	take("fresh")
 	w.advance(time.Second)
 	take("fresh")
 	w.advance(time.Second)
-	deny("no history", "fresh", 1, 28*time.Second, 28*time.Second, 29*time.Second)
-	deny("no history, 2 slots", "fresh", 2, 29*time.Second, 28*time.Second, 29*time.Second)
+	deny("no history", "fresh", 1, concFirstHint, concFirstHint, 29*time.Second)
+	deny("no history, 2 slots", "fresh", 2, concFirstHint, concFirstHint, 29*time.Second)
+	w.advance(28*time.Second - 300*time.Millisecond)
+	deny("no history, 300 ms before the first lease ends", "fresh", 1, 300*time.Millisecond, 300*time.Millisecond, time.Second+300*time.Millisecond)
 
 	// Jobs of 200 ms: two held and released, then two more held for 50 ms.
 	a, b := take("jobs"), take("jobs")

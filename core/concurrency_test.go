@@ -81,6 +81,11 @@ func release(t *testing.T, r *core.Reservation) {
 
 // checkDenied: a Concurrency denial with remaining free slots and a
 // RetryAfter in (0, lease].
+// concFirstHint is what a Concurrency denial's RetryAfter says before a
+// settlement has recorded how long the key's slots are held
+// (lua/concurrency.lua's conc_first_hint), unless a lease ends sooner.
+const concFirstHint = time.Second
+
 func checkDenied(t *testing.T, what string, res core.Result, remaining int, lease time.Duration) {
 	t.Helper()
 	if res.Allowed || res.Remaining != remaining || res.RetryAfter <= 0 || res.RetryAfter > lease {
@@ -227,10 +232,11 @@ func TestConcurrencySemantics(t *testing.T) {
 }
 
 // testConcCountdown: Reserve up to Rate, each allowed with one slot less;
-// the next is denied with Remaining 0 and RetryAfter the time until the
-// first lease ends; a Reservation of n takes n slots, all or nothing; a
-// cost above Rate is never admitted and writes nothing. ResetAfter is the
-// time until the last lease ends.
+// the next is denied with Remaining 0 and, with no hold settled yet on the
+// key, RetryAfter the first hint (concFirstHint; the lease end if sooner);
+// a Reservation of n takes n slots, all or nothing; a cost above Rate is
+// never admitted and writes nothing. ResetAfter is the time until the last
+// lease ends.
 func testConcCountdown(t *testing.T, w *world) {
 	ctx := context.Background()
 	lim := w.limiter()
@@ -239,16 +245,16 @@ func testConcCountdown(t *testing.T, w *world) {
 	for i := 1; i <= 3; i++ {
 		res := concReserve(t, lim, "k", limits, 1).Result()
 		check(t, fmt.Sprintf("reservation %d", i), res, true, 3-i)
-		if res.Limit != l || res.ResetAfter != time.Hour || res.NextAfter != time.Hour {
-			t.Fatalf("reservation %d: %+v, want Limit %v, ResetAfter and NextAfter the lease", i, res, l)
+		if res.Limit != l || res.ResetAfter != time.Hour || res.NextAfter != concFirstHint {
+			t.Fatalf("reservation %d: %+v, want Limit %v, ResetAfter the lease, NextAfter the first hint", i, res, l)
 		}
 	}
 	for i := 0; i < 2; i++ {
 		res := concReserve(t, lim, "k", limits, 1).Result()
 		checkDenied(t, "a fourth", res, 0, time.Hour)
 		// The clock stands still: the first lease ends a whole lease from now.
-		if res.RetryAfter != time.Hour || res.ResetAfter != time.Hour || res.Limit != l {
-			t.Fatalf("a fourth: %+v, want RetryAfter and ResetAfter an hour", res)
+		if res.RetryAfter != concFirstHint || res.ResetAfter != time.Hour || res.Limit != l {
+			t.Fatalf("a fourth: %+v, want RetryAfter the first hint, ResetAfter an hour", res)
 		}
 	}
 
@@ -271,13 +277,13 @@ func testConcCountdown(t *testing.T, w *world) {
 	// denied, with a RetryAfter that is only a lower bound, but not a lower.
 	d2 := concReserve(t, lim, "s", limits, 2).Result()
 	checkDenied(t, "2 with leases ending in 40, 50 and 60 minutes", d2, 0, time.Hour)
-	if d2.RetryAfter != 50*time.Minute || d2.ResetAfter != time.Hour || d2.NextAfter != 40*time.Minute {
-		t.Fatalf("2 of staggered: %+v, want RetryAfter 50m (the second lease's end), NextAfter 40m, ResetAfter 1h", d2)
+	if d2.RetryAfter != concFirstHint || d2.ResetAfter != time.Hour || d2.NextAfter != concFirstHint {
+		t.Fatalf("2 of staggered: %+v, want RetryAfter and NextAfter the first hint, ResetAfter 1h", d2)
 	}
 	d1 := concReserve(t, lim, "s", limits, 1).Result()
 	checkDenied(t, "1 with leases ending in 40, 50 and 60 minutes", d1, 0, time.Hour)
-	if d1.RetryAfter != 40*time.Minute || d1.ResetAfter != time.Hour || d1.Cached {
-		t.Fatalf("1 of staggered: %+v, want RetryAfter 40m (the first lease's end), ResetAfter 1h, from Redis", d1)
+	if d1.RetryAfter != concFirstHint || d1.ResetAfter != time.Hour || d1.Cached {
+		t.Fatalf("1 of staggered: %+v, want RetryAfter the first hint, ResetAfter 1h, from Redis", d1)
 	}
 
 	// More than Rate can never be admitted, and writes nothing.
@@ -489,12 +495,12 @@ func testConcMixed(t *testing.T, w *world) {
 // is Redis's.
 func testConcLeaseEnds(t *testing.T, w *world) {
 	lim := core.New(w.newClient(), append(w.opts[:len(w.opts):len(w.opts)], core.WithDenyCache(0))...)
-	l := concLimit(t, "1 concurrent lease=10s")
+	l := concLimit(t, "1 concurrent lease=500ms") // shorter than the first hint: RetryAfter is its end
 	limits := []core.Limit{l}
 	concReserve(t, lim, "k", limits, 1)
 	d := concReserve(t, lim, "k", limits, 1).Result()
-	checkDenied(t, "the slot is held", d, 0, 10*time.Second)
-	if d.RetryAfter != 10*time.Second {
+	checkDenied(t, "the slot is held", d, 0, 500*time.Millisecond)
+	if d.RetryAfter != 500*time.Millisecond {
 		t.Fatalf("RetryAfter %v, want the lease (the clock stands still)", d.RetryAfter)
 	}
 	w.advance(d.RetryAfter - time.Microsecond)
@@ -616,8 +622,8 @@ func testConcLimitChange(t *testing.T, w *world) {
 	// a limit of 1 once all 3 have ended.
 	res := concReserve(t, lim, "k", []core.Limit{one}, 1).Result()
 	checkDenied(t, "3 held, lowered to 1", res, 0, time.Hour)
-	if res.RetryAfter != 59*time.Minute || res.ResetAfter != 59*time.Minute {
-		t.Fatalf("3 held, lowered to 1: %+v, want RetryAfter and ResetAfter 59m (the last lease's end)", res)
+	if res.RetryAfter != concFirstHint || res.ResetAfter != 59*time.Minute {
+		t.Fatalf("3 held, lowered to 1: %+v, want RetryAfter the first hint, ResetAfter 59m (the last lease's end)", res)
 	}
 	if free := freeSlots(t, lim, "k", one); free != 0 {
 		t.Fatalf("a look under the lowered limit: %d free, want 0", free)

@@ -97,7 +97,7 @@ func ExampleReservation_Release() {
 	fmt.Println(third.Result().Allowed)
 	third.Release(ctx)
 	// Output:
-	// true false 1m0s
+	// true false 1s
 	// true
 }
 

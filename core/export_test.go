@@ -11,7 +11,7 @@ import (
 // Settings the tests read.
 const (
 	MaxCount             = engine.MaxCount
-	MaxSlots             = engine.MaxSlots
+	MaxSlots             = engine.MaxMembers
 	MinPeriod            = engine.MinPeriod
 	DefaultBuckets       = engine.DefaultBuckets
 	MaxKeyLen            = engine.MaxKeyLen

@@ -22,7 +22,8 @@ const (
 	SlidingWindow Algorithm = "sliding_window"
 	// SlidingLog keeps every admitted event of the last Period in a sorted
 	// set: exact, no span of Period ever admits more than Rate; memory grows
-	// with Rate.
+	// with Rate, which is at most 10 000 (one call must not hold Redis for
+	// long: docs/algorithms.md).
 	SlidingLog Algorithm = "sliding_log"
 	// TokenBucket holds up to Burst tokens, refilled continuously at Rate per
 	// Period (or Rate at once every Period with Stepped); each event takes
@@ -42,7 +43,7 @@ const (
 	// if its holder never says (a process that dies leaks nothing for
 	// longer). Only Reserve takes it; Allow, AllowN and AllowAll refuse a
 	// Concurrency limit with an error wrapping ErrInvalidLimit. Its Rate is
-	// at most 100 000 slots. A denial's RetryAfter is when a slot is likely
+	// at most 10 000 slots. A denial's RetryAfter is when a slot is likely
 	// free, from how long the key's slots were held lately, never later
 	// than the lease end that frees one (docs/lifecycle.md).
 	Concurrency Algorithm = "concurrency"
@@ -113,6 +114,17 @@ type Limit struct {
 	// share algorithm and period ("60/m, 100000/m unit=tokens"). ReserveEach
 	// charges each limit in its own unit.
 	Unit string
+	// MaxDebt bounds how long one charge of a settlement (Settle or
+	// SettleEach above what was reserved) may leave the limit's state in
+	// debt: past MaxDebt beyond the time its full allowance takes to come
+	// back, the rest of the charge is dropped. 0 (the default) means one
+	// Period, so that one request, however large its cost, never locks a
+	// key for longer than about one Period; at most about 35 years (2^50
+	// µs). Only GCRA, TokenBucket and LeakyBucket read it: a window's debt
+	// ends with its window (a SlidingWindow's fills one sub-bucket to at
+	// most twice Rate, a SlidingLog's adds at most Rate entries). It is not part of
+	// the state's key.
+	MaxDebt time.Duration
 }
 
 // PerSecond returns a GCRA limit of rate events per second, bursts up to rate.

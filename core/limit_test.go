@@ -39,6 +39,8 @@ func TestParseLimit(t *testing.T) {
 		{"2/s leaky_bucket", core.Limit{Algorithm: core.LeakyBucket, Rate: 2, Period: time.Second}},
 		{"2/s leaky_bucket burst=10 shape max_delay=3s", core.Limit{Algorithm: core.LeakyBucket, Rate: 2, Period: time.Second, Burst: 10, Shape: true, MaxDelay: 3 * time.Second}},
 		{"2/s shape leaky_bucket max_delay=1500ms", core.Limit{Algorithm: core.LeakyBucket, Rate: 2, Period: time.Second, Shape: true, MaxDelay: 1500 * time.Millisecond}},
+		{"1000/m max_debt=1h", core.Limit{Rate: 1000, Period: time.Minute, MaxDebt: time.Hour}},
+		{"40000/m unit=tokens token_bucket max_debt=d", core.Limit{Algorithm: core.TokenBucket, Rate: 40000, Period: time.Minute, Unit: "tokens", MaxDebt: 24 * time.Hour}},
 	}
 	for _, tt := range tests {
 		got, err := core.ParseLimit(tt.in)
@@ -208,7 +210,10 @@ func TestValidate(t *testing.T) {
 		{core.Limit{Algorithm: "leaky", Rate: 1, Period: time.Second}, `unknown algorithm "leaky"`},
 		{core.Limit{Algorithm: core.FixedWindow, Rate: 5, Period: time.Second, Burst: 10}, "must be 0 or equal to rate"},
 		{core.Limit{Rate: 1, Period: 1000 * 24 * time.Hour, Burst: core.MaxCount}, "too large"},
-		{core.Limit{Algorithm: core.Concurrency, Rate: core.MaxSlots + 1, Period: time.Minute}, "at most 100000 slots"},
+		{core.Limit{Algorithm: core.Concurrency, Rate: core.MaxSlots + 1, Period: time.Minute}, "at most 10000 slots"},
+		{core.Limit{Algorithm: core.SlidingLog, Rate: core.MaxSlots + 1, Period: time.Hour}, "at most 10000, not 10001 (for more, use sliding_window or gcra)"},
+		{core.Limit{Rate: 10, Period: time.Second, MaxDebt: -time.Second}, "max_debt -1s must be whole microseconds"},
+		{core.Limit{Algorithm: core.FixedWindow, Rate: 10, Period: time.Second, MaxDebt: time.Hour}, "a fixed_window's debt ends with its window"},
 	}
 	for _, tt := range invalid {
 		err := tt.l.Validate()

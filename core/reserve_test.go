@@ -109,7 +109,8 @@ func testReserveCharge(t *testing.T, w *world, a suiteAlgorithm) {
 
 // testReserveDebt: a cost far above the burst, settled, puts the key into
 // debt: denied, Remaining 0, and waiting at least as long as a key just
-// drained (for the meters, longer: the whole debt).
+// drained. For the meters, a debt lasts at most one Period by default
+// (Limit.MaxDebt 0), and the whole debt with a MaxDebt long enough.
 func testReserveDebt(t *testing.T, w *world, a suiteAlgorithm) {
 	lim, l, b := w.limiter(), a.limit, a.limit.Capacity()
 	r := reserve(t, w, lim, "k", l, 1)
@@ -125,9 +126,18 @@ func testReserveDebt(t *testing.T, w *world, a suiteAlgorithm) {
 		if l.Stepped {
 			break
 		}
-		// 3b events taken, b of them the burst: 2b to drain, then 1.
-		if want := time.Duration(2*b+1) * l.Period / time.Duration(l.Rate); debt.RetryAfter != want {
-			t.Fatalf("in debt, RetryAfter %v, want %v: the whole debt", debt.RetryAfter, want)
+		// 3b events taken, b of them the burst: 2b to drain, at most one
+		// Period by default; then 1.
+		interval := l.Period / time.Duration(l.Rate)
+		if want := min(time.Duration(2*b)*interval, l.Period) + interval; debt.RetryAfter != want {
+			t.Fatalf("in debt, RetryAfter %v, want %v: the debt, at most one period", debt.RetryAfter, want)
+		}
+		long := l
+		long.MaxDebt = 10 * l.Period
+		r := reserve(t, w, lim, "long", long, 1)
+		settle(t, r, 3*b)
+		if got, want := allowN(t, lim, "long", long, 1).RetryAfter, time.Duration(2*b+1)*interval; got != want {
+			t.Fatalf("with MaxDebt %v: in debt, RetryAfter %v, want %v: the whole debt", long.MaxDebt, got, want)
 		}
 	}
 }

@@ -60,13 +60,22 @@ type Stats struct {
 	// connection, an open breaker (ErrUnavailable). An invalid cost or a
 	// second settlement (ErrSettled) is not counted.
 	FailedSettlements uint64
-	// RetriedReleases counts the failed settlements whose Concurrency
-	// slots the Limiter then freed in the background (a retried release
-	// that Redis answered).
+	// UnansweredReservations counts the reserving decisions with a
+	// Concurrency limit that failed after they may have reached Redis (a
+	// timeout, a context that ended while the decision was on its way, a
+	// lost reply): the caller got an error, so nobody would free the slots
+	// the script may have taken. The Limiter frees them in the background,
+	// as a failed settlement's, and a decision that reaches Redis after
+	// its release takes none.
+	UnansweredReservations uint64
+	// RetriedReleases counts the failed settlements and unanswered
+	// reservations whose Concurrency slots the Limiter then freed in the
+	// background (a release that Redis answered).
 	RetriedReleases uint64
-	// AbandonedReleases counts the failed settlements whose slots the
-	// Limiter stopped trying to free: their lease ended first (it frees
-	// them), the key held another type, or too many waited to be retried.
+	// AbandonedReleases counts the failed settlements and unanswered
+	// reservations whose slots the Limiter stopped trying to free: their
+	// lease ended first (it frees them), the key held another type, or too
+	// many waited to be retried.
 	AbandonedReleases uint64
 }
 

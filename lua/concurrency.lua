@@ -2,23 +2,30 @@
 -- slots until it is settled, or until its lease ends if its holder never
 -- says (a process that died).
 --
--- KEYS    sorted set: member "<id>:<i>", the i-th slot of reservation id,
---         score = the µs its lease ends (always above 0). Leases that
---         ended are trimmed on every write. Member "hold", score = -h: h
---         is the key's typical hold, µs (see settle), kept while the key
---         lives; absent until a settlement has freed slots. The key
---         expires when the last lease taken ends.
+-- KEYS    sorted set. Slots: member "<id>:<i>", the i-th slot of
+--         reservation id, score = the µs its lease ends. Leases that ended
+--         are trimmed on every write. Two kinds of records sit far below
+--         any clock (|µs| < 2^52), so that no count of slots sees them:
+--         "hold", score = -2^53 + h, h the key's typical hold in µs (see
+--         settle), kept while the key lives, absent until a settlement has
+--         freed slots; and "x:<id>", score = -2^54 + the µs it ends, left
+--         for a lease by the release of a reservation none of whose slots
+--         it found: a decision of that reservation that reaches Redis after
+--         its release (its caller gave up on it) takes nothing. The key
+--         expires when the last lease or record ends.
 -- ARGV    lease in microseconds; capacity (the limit's rate)
 -- Reply   allowed, remaining, retry_after, reset_after, 0, next.
 --         retry_after of a denial, and next, are when the slot waited for
 --         is likely free: the typical hold after it was taken, at least
---         conc_min_hint from now, never past its lease end, which is the
---         answer when there is no typical hold yet. reset_after is when
---         the last lease ends.
+--         conc_min_hint from now, never past its lease end. Before any
+--         hold is known, the hint is conc_first_hint (or the lease end, if
+--         sooner). reset_after is when the last lease ends.
 
 -- conc_min_hint: the least a hint says, µs, when the slot waited for is
--- already held longer than is typical.
-local conc_min_hint = 10000
+-- already held longer than is typical; conc_first_hint: the hint before
+-- a typical hold is known.
+local conc_min_hint, conc_first_hint = 10000, 1000000
+local conc_hold, conc_grave = -2^53, -2^54 -- the bases of the records' scores
 
 algorithms.concurrency = {args = 2, decide = function(key, cost, at, commit)
   local lease, cap = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
@@ -39,15 +46,17 @@ algorithms.concurrency = {args = 2, decide = function(key, cost, at, commit)
   local function likely(left)
     if hold == false then
       local h = redis.call('ZSCORE', key, 'hold')
-      hold = h and -tonumber(h) or nil
+      hold = h and tonumber(h) - conc_hold or nil
     end
-    if not hold then return left end
+    if not hold then return math.min(left, conc_first_hint) end
     return math.min(left, math.max(conc_min_hint, left - lease + hold))
   end
 
-  if cost > 0 and held + cost > cap then -- a look (cost 0) is allowed, as elsewhere
-    local last = held > 0 and ends(held) or 0
-    return 0, cap - held, likely(ends(held + cost - cap)), last, 0, held > 0 and likely(ends(1)) or 0
+  local released = cost > 0 and rid ~= '' and redis.call('ZSCORE', key, 'x:' .. rid)
+  if cost > 0 and (released or held + cost > cap) then -- a look (cost 0) is allowed, as elsewhere
+    local last, wait = held > 0 and ends(held) or 0, lease
+    if not released then wait = likely(ends(held + cost - cap)) end
+    return 0, cap - held, wait, last, 0, held > 0 and likely(ends(1)) or 0
   end
   -- as it will be with the cost's slots taken, whose leases end in `lease`
   local taken = cost > 0 and lease or 0
@@ -58,7 +67,7 @@ algorithms.concurrency = {args = 2, decide = function(key, cost, at, commit)
   end
   local left = cap - held - cost
   if commit then
-    redis.call('ZREMRANGEBYSCORE', key, '(0', now) -- not the record, scored 0 or below
+    redis.call('ZREMRANGEBYSCORE', key, string.format('(%d', -2^52), now) -- slots only
     local ends_at, slots = string.format('%d', now + lease), {}
     for i = 1, cost do
       slots[#slots + 1] = ends_at
@@ -68,7 +77,7 @@ algorithms.concurrency = {args = 2, decide = function(key, cost, at, commit)
         slots = {}
       end
     end
-    expire(key, last)
+    expire(key, last) -- a record ends by now + lease, as a slot taken now
   end
   return 1, left, 0, last, 0, left < cap and likely(first) or 0
 end}
@@ -77,19 +86,25 @@ end}
 -- still held (their lease not ended), it first records how long: the
 -- key's typical hold becomes that hold, at most the lease, the first
 -- time, then moves a quarter of the way to each new one (rounded down).
--- Recorded before the slots go, the record keeps the key, and the key's
--- time to live (the last lease end), even when no slot is left.
+-- If it finds none of them, it leaves the record "x:<id>" for a lease, so
+-- that the decision, should it reach Redis later, takes nothing. Expired
+-- records are trimmed here. The records keep the key, and its time to
+-- live (the last lease or record end), even when no slot is left.
 algorithms.concurrency.settle = function(key, delta, at)
   local lease = tonumber(ARGV[at])
   local ends = reserved_n > 0 and redis.call('ZSCORE', key, rid .. ':1')
-  if ends and tonumber(ends) > now then
+  if ends and tonumber(ends) > now and reserved then -- reserved is nil for a decision that may not have run
     local h = math.min(lease, math.max(0, now - reserved))
     local was = redis.call('ZSCORE', key, 'hold')
     if was then
-      was = -tonumber(was)
+      was = tonumber(was) - conc_hold
       h = was + math.floor((h - was) / 4)
     end
-    redis.call('ZADD', key, string.format('%d', -h), 'hold')
+    redis.call('ZADD', key, string.format('%d', conc_hold + h), 'hold')
+  elseif not ends and reserved_n > 0 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('(%d', conc_grave + now))
+    redis.call('ZADD', key, string.format('%d', conc_grave + now + lease), 'x:' .. rid)
+    if redis.call('PTTL', key) < math.ceil(lease / 1000) then expire(key, lease) end
   end
   for from = 1, reserved_n, 1000 do -- at most 1000 at a time: unpack's stack
     local slots = {}

@@ -77,10 +77,10 @@ func TestFastPathsEdges(t *testing.T) {
 		state any // a string, a hash's fields, or nil for none
 		now   int64
 	}{
-		{"gcra", fmt.Sprintf("%d:0:0:%d:%d", now+5000, now-9, int64(1)<<51), now}, // half an event's backlog
-		{"gcra", fmt.Sprintf("%d:0:0:%d:%d", now+5000, now-9, int64(1)<<51-1), now},
-		{"token_bucket", []any{"c", 970000, "t", now, "u", 10000, "f", 0, "b", now - 9, "a", int64(1) << 51, "p", ""}, now},
-		{"token_bucket", []any{"c", 970000, "t", now, "u", 10000, "f", 0, "b", now - 9, "a", int64(1)<<51 - 1, "p", ""}, now},
+		{"gcra", fmt.Sprintf("%d:0:0:10000:1:%d:7:%d", now+5000, now-9, int64(1)<<51), now}, // half an event's backlog
+		{"gcra", fmt.Sprintf("%d:0:0:10000:1:%d:7:%d", now+5000, now-9, int64(1)<<51-1), now},
+		{"token_bucket", []any{"c", 970000, "t", now, "u", 10000, "d", 1, "k", 100, "f", 0, "h", now - 9, "e", 7, "a", int64(1) << 51, "p", ""}, now},
+		{"token_bucket", []any{"c", 970000, "t", now, "u", 10000, "d", 1, "k", 100, "f", 0, "h", now - 9, "e", 7, "a", int64(1)<<51 - 1, "p", ""}, now},
 		{"gcra", nil, -2_000_000}, {"gcra", nil, -1},
 		{"fixed_window", nil, -1}, {"token_bucket", nil, -1},
 	}
@@ -88,7 +88,7 @@ func TestFastPathsEdges(t *testing.T) {
 		w.now = c.now
 		for _, cost := range []string{"1", "0", "2", "200"} { // written, read, denied
 			w.set(c.name, c.state, time.Minute)
-			args := append([]string{itoa(c.now), "", cost, c.name}, w.limit[c.name].args...)
+			args := append([]string{itoa(c.now), "", "0", cost, c.name}, w.limit[c.name].args...)
 			w.compare(fmt.Sprintf("%s %v at %d, cost %s", c.name, c.state, c.now, cost), "", []string{c.name}, args)
 			w.compare(fmt.Sprintf("%s %v at %d, cost %s, again", c.name, c.state, c.now, cost), "", []string{c.name}, args)
 		}
@@ -201,10 +201,11 @@ type twins struct {
 
 // reservation is what a settlement sends back of a decision.
 type reservation struct {
-	limit limit
-	rid   string // "+" for a prefetch's give-back
-	n     int64
-	reply []int64 // said, remaining, reset, next, retry, delay, mark, now
+	limit    limit
+	rid      string
+	giveBack bool // a prefetch's
+	n        int64
+	reply    []int64 // said, remaining, reset, next, retry, delay, mark, epoch, now
 }
 
 func newTwins(t *testing.T, rdb *redis.Client, mini *miniredis.Miniredis, seed uint64) *twins {
@@ -310,7 +311,8 @@ func (w *twins) step() {
 
 // decision returns the arguments of one decision of the named algorithm's
 // limit: its clock, a reservation id ("" mostly; one of n events if n is
-// above 0), its cost, its name and arguments.
+// above 0, or a prefetch's), the events a prefetch asks for, its cost, its
+// name and arguments.
 func (w *twins) decision(name string, n int64) []string {
 	l := w.limit[name]
 	clock := itoa(w.now)
@@ -320,25 +322,25 @@ func (w *twins) decision(name string, n int64) []string {
 	}
 	burst, _ := strconv.ParseInt(l.args[len(l.args)-1], 10, 64)
 	costs := []int64{0, 1, 1, 1, 2, burst, burst + 1, l.drip, 2 * l.drip, w.rng.Int64N(burst + 2), -1, -burst}
-	cost, rid := costs[w.rng.IntN(len(costs))], ""
+	cost, rid, more := costs[w.rng.IntN(len(costs))], "", "0"
 	switch {
 	case n > 0:
-		cost, rid = n, "r"+itoa(w.rng.Int64())
+		cost, rid = n, itoa(1+w.rng.Int64N(1<<52-1))
 	case w.rng.IntN(15) == 0 && name == "gcra":
-		rid = "+" + itoa(1+w.rng.Int64N(5)) // a prefetch
+		rid, more = itoa(1+w.rng.Int64N(1<<52-1)), itoa(1+w.rng.Int64N(5)) // a prefetch
 	}
 	w.decided++
 	if rid == "" && cost >= 0 {
 		w.quicker++
 	}
-	return append([]string{clock, rid, itoa(cost), name}, l.args...)
+	return append([]string{clock, rid, more, itoa(cost), name}, l.args...)
 }
 
 // both returns a decision of every fast algorithm's limit at once.
 func (w *twins) both() []string {
 	args := w.decision(fastAlgorithms[0], 0)
 	for _, name := range fastAlgorithms[1:] {
-		args = append(args, w.decision(name, 0)[2:]...)
+		args = append(args, w.decision(name, 0)[3:]...)
 	}
 	return args
 }
@@ -361,16 +363,16 @@ func (w *twins) settle(i int) {
 		name := w.pick()
 		n := 1 + w.rng.Int64N(3)
 		args := w.decision(name, n)
-		if w.rng.IntN(3) == 0 && name == "gcra" {
-			args[1], args[2] = "+"+itoa(1+w.rng.Int64N(4)), itoa(n) // a prefetch of more than n
+		fetch := w.rng.IntN(3) == 0 && name == "gcra"
+		if fetch {
+			args[2], args[3] = itoa(1+w.rng.Int64N(4)), itoa(n) // a prefetch of more than n
 		}
 		reply := w.compare(fmt.Sprintf("step %d: a reservation", i), "", []string{name}, args)
-		if len(reply) == 8 && reply[0] > 0 {
-			rid := args[1]
-			if strings.HasPrefix(rid, "+") {
-				rid, n = "+", n+reply[0]-1 // a give-back of what it took
+		if len(reply) == 9 && reply[0] > 0 {
+			if fetch {
+				n += reply[0] - 1 // a give-back of what it took
 			}
-			w.reservations = append(w.reservations, reservation{w.limit[name], rid, n, reply})
+			w.reservations = append(w.reservations, reservation{w.limit[name], args[1], fetch, n, reply})
 		}
 		return
 	}
@@ -378,11 +380,13 @@ func (w *twins) settle(i int) {
 	r := w.reservations[k]
 	w.reservations = slices.Delete(w.reservations, k, k+1)
 	delta := w.rng.Int64N(2*r.n+1) - r.n
-	if r.rid == "+" {
-		delta = -1 - w.rng.Int64N(r.n)
+	giveBack := "0"
+	if r.giveBack {
+		delta, giveBack = -1-w.rng.Int64N(r.n), "1"
 	}
-	args := []string{itoa(w.now), r.rid, itoa(r.reply[7]), itoa(delta), itoa(r.n),
-		itoa(r.reply[1]), itoa(r.reply[2]), itoa(r.reply[3]), itoa(r.reply[6]), r.limit.name}
+	debt := []string{"1000000", "1", "60000000"}[w.rng.IntN(3)]
+	args := []string{itoa(w.now), r.rid, itoa(r.reply[8]), giveBack, itoa(delta), itoa(r.n),
+		itoa(r.reply[2]), itoa(r.reply[6]), itoa(r.reply[7]), debt, r.limit.name}
 	w.compare(fmt.Sprintf("step %d: a settlement", i), "settle", []string{r.limit.name}, append(args, r.limit.args...))
 }
 
@@ -480,38 +484,49 @@ func (w *twins) write(name string) {
 	switch none := w.rng.IntN(6) == 0; {
 	case none:
 	case name == "gcra":
-		t, q, b, a := ago(2_000_000), w.rng.Int64N(l.drip), ago(5_000_000), w.rng.Int64N(1_000_000)
+		t, q, h, a, e := ago(2_000_000), w.rng.Int64N(l.drip), ago(5_000_000), w.rng.Int64N(1_000_000), 1+w.rng.Int64N(1000)
 		if w.rng.IntN(4) == 0 {
 			a = 1<<51 - w.rng.Int64N(2) // max_units (prelude.lua), where a meter starts afresh, or just below
 		}
+		unit, drip := l.unit, l.drip
+		if w.rng.IntN(4) == 0 {
+			unit = l.unit * 2 // counted at another rate
+		}
 		floor := ago(1_000_000)
-		switch w.rng.IntN(5) {
+		switch w.rng.IntN(6) {
 		case 0:
 			value = itoa(t)
 		case 1:
-			value = fmt.Sprintf("%d:%d:0:%d:%d", t, q, b, a)
+			value = fmt.Sprintf("%d:%d", t, q)
 		case 2:
-			value = fmt.Sprintf("%d:%d:%d:%d:%d", t, q, floor, b, a)
+			value = fmt.Sprintf("%d:%d:0:%d:%d:%d:%d:%d", t, q, unit, drip, h, e, a)
 		case 3:
-			value = fmt.Sprintf("%d:%d:0:%d:%d %d:%d %d:%d", t, q, b, a, a, 1+w.rng.Int64N(l.unit), a/2, 1+w.rng.Int64N(l.unit))
+			value = fmt.Sprintf("%d:%d:%d:%d:%d:%d:%d:%d", t, q, floor, unit, drip, h, e, a)
 		case 4:
-			value = fmt.Sprintf("%d:%d", t, floor) // as earlier versions wrote
+			value = fmt.Sprintf("%d:%d:0:%d:%d:%d:%d:%d %d:%d %d:%d", t, q, unit, drip, h, e, a, a, 1+w.rng.Int64N(l.unit), a/2, 1+w.rng.Int64N(l.unit))
+		case 5:
+			value = fmt.Sprintf("%d:%d:0:%d:%d:%d:0:0", t, q, unit, drip, h) // no epoch, as a step back leaves it
 		}
 	case name == "token_bucket":
 		burst, _ := strconv.ParseInt(l.args[2], 10, 64)
 		unit, a, f := l.args[0], w.rng.Int64N(1_000_000), []int64{0, ago(1_000_000), w.now + 1_000_000}[w.rng.IntN(3)]
+		e := []int64{0, 0, 1 + w.rng.Int64N(1000)}[w.rng.IntN(3)]
 		if w.rng.IntN(4) == 0 {
 			unit = itoa(l.unit * 2) // the limit changed
 		}
 		if w.rng.IntN(4) == 0 {
 			a = 1<<51 - w.rng.Int64N(2) // max_units, or just below
 		}
-		hash = []any{"c", w.rng.Int64N((burst+3)*l.unit) - 2*l.unit, "t", ago(1_000_000), "u", unit, "f", f,
-			"b", ago(5_000_000), "a", a, "p", []string{"", fmt.Sprintf("%d:%d", a, 1+w.rng.Int64N(l.unit))}[w.rng.IntN(2)]}
+		if e == 0 {
+			a = 0
+		}
+		hash = []any{"c", w.rng.Int64N((burst+3)*l.unit) - 2*l.unit, "t", ago(1_000_000), "u", unit, "d", l.args[1],
+			"k", l.args[2], "f", f, "h", ago(5_000_000), "e", e, "a", a,
+			"p", []string{"", fmt.Sprintf("%d:%d", a, 1+w.rng.Int64N(l.unit))}[w.rng.IntN(2)]}
 	case name == "fixed_window":
 		period, _ := strconv.ParseInt(l.args[0], 10, 64)
 		burst, _ := strconv.ParseInt(l.args[1], 10, 64)
-		hash = []any{"w", ago(period), "n", w.rng.Int64N(burst + 3)} // above burst: a debt
+		hash = []any{"w", ago(period), "n", w.rng.Int64N(burst + 3), "e", []int64{0, 9}[w.rng.IntN(2)]} // above burst: a debt
 	}
 	var state any // none
 	if hash != nil {

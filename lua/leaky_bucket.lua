@@ -4,35 +4,39 @@
 -- queues it: it waits `delay`, until the events ahead have drained, so they
 -- leave period/rate apart; a max_delay above 0 rejects longer waits.
 --
--- KEYS    hash {l = level, t = µs of the last update, u = unit, b, a, p}:
---         units as the token bucket's; b, a, p: see meter.lua. No key:
---         empty. A level above the burst is a debt (settle).
+-- KEYS    hash {l = level, t = µs of the last update, u = unit, d = drip,
+--         k = burst, h, e, a, p}: units as the token bucket's; h the clock
+--         of the last write; e, a, p: see meter.lua. No key: empty. A
+--         level above the burst is a debt (settle).
 -- ARGV    unit, drip: as the token bucket's; burst; shape only: max_delay
 --         in microseconds, 0 for none
--- Reply   allowed, remaining, retry_after, reset_after, delay, next, mark
--- level_of returns the level of key at now, drained, its last update, b,
--- a and p.
-local function level_of(key, unit, drip)
-  local s = redis.call('HMGET', key, 'l', 't', 'u', 'b', 'a', 'p')
+-- Reply   allowed, remaining, retry_after, reset_after, delay, next, mark, epoch
+-- level_of returns the level of key at now, drained, its last update, e,
+-- a and p: the epoch afresh when the limit changed or the clock went back.
+local function level_of(key, unit, drip, burst)
+  local s = redis.call('HMGET', key, 'l', 't', 'u', 'd', 'k', 'h', 'e', 'a', 'p')
   local level, last = tonumber(s[1]), tonumber(s[2])
-  if not level then return 0, now, now, 0, '' end
-  local b, a, p, stored = tonumber(s[4]) or 0, tonumber(s[5]) or 0, s[6] or '', tonumber(s[3])
-  if stored and stored ~= unit then -- the limit changed: keep whole events, anew
+  if not level then return 0, now, 0, 0, '' end
+  local stored, e, a, p = tonumber(s[3]) or unit, tonumber(s[7]) or 0, tonumber(s[8]) or 0, s[9] or ''
+  if stored ~= unit then -- the limit changed: keep whole events
     local events = math.floor(level / stored)
-    level, b, a, p = events * unit + math.ceil((level - events * stored) * unit / stored), now, 0, ''
+    level = events * unit + math.ceil((level - events * stored) * unit / stored)
+  end
+  if stored ~= unit or tonumber(s[4]) ~= drip or tonumber(s[5]) ~= burst or now < (tonumber(s[6]) or now) then
+    e, a, p = 0, 0, ''
   end
   if now > last then level, last = math.max(0, level - (now - last) * drip), now end
-  return level, last, b, a, p
+  return level, last, e, a, p
 end
 
-local function leak_store(key, level, last, unit, b, a, p, drip)
-  redis.call('HSET', key, 'l', level, 't', last, 'u', unit, 'b', b, 'a', a, 'p', p)
+local function leak_store(key, level, last, unit, drip, burst, e, a, p)
+  redis.call('HSET', key, 'l', level, 't', last, 'u', unit, 'd', drip, 'k', burst, 'h', now, 'e', e, 'a', a, 'p', p)
   expire(key, math.ceil(level / drip))
 end
 
 local function leak(key, cost, commit, unit, drip, burst, max_delay)
   local full = burst * unit
-  local level, last, b, a, p = level_of(key, unit, drip)
+  local level, last, e, a, p = level_of(key, unit, drip, burst)
 
   -- room: how many events fit at `l`; below: µs until the level is at
   -- most `to`.
@@ -58,14 +62,15 @@ local function leak(key, cost, commit, unit, drip, burst, max_delay)
 
   if wait > 0 or cost == 0 then
     local r = room(level)
-    return wait > 0 and 0 or 1, r, wait, math.ceil(level / drip), 0, next(level, math.max(0, r)), 0
+    return wait > 0 and 0 or 1, r, wait, math.ceil(level / drip), 0, next(level, math.max(0, r)), 0, 0
   end
-  b, a, p = restart(level, b, a, p)
-  level, a = level + cost * unit, a + cost * unit
+  e, a, p = restart(level, e, a, p)
+  level = level + cost * unit
+  if e ~= 0 then a = a + cost * unit end
   local reset = math.ceil(level / drip)
-  if commit then leak_store(key, level, last, unit, b, a, p, drip) end
+  if commit then leak_store(key, level, last, unit, drip, burst, e, a, p) end
   local r = room(level)
-  return 1, r, 0, reset, delay, next(level, math.max(0, r)), a
+  return 1, r, 0, reset, delay, next(level, math.max(0, r)), a, e
 end
 
 algorithms.leaky_bucket = {args = 3, decide = function(key, cost, at, commit)
@@ -76,22 +81,17 @@ algorithms.leaky_bucket_shape = {args = 4, decide = function(key, cost, at, comm
     tonumber(ARGV[at + 3]))
 end}
 --- settle ---
--- settle puts charged events in, above the burst if need be, and takes
--- refunded ones out as far as they are still in (as gcra.lua's settle
--- counts them). A shaping bucket's queue behind the refunded events moves
+-- settle puts charged events in, at most debt µs above the burst, and
+-- takes refunded ones out as far as they are still in (settle_meter, as
+-- gcra.lua's settle counts them). A shaping bucket's queue behind the refunded events moves
 -- up; the Delay already given is not changed.
-local function leak_settle(key, delta, at, remaining, reset, next, mark)
+local function leak_settle(key, delta, at, reset, mark, epoch, debt)
   local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
-  local level, last, b, a, p = level_of(key, unit, drip)
-  if delta < 0 then
-    level, p = refund(-delta * unit, mark, level, 0, a, b, p)
-  else
-    b, a, p = restart(level, b, a, p)
-    local after = math.min(burst * unit + max_debt * drip, max_units, level + delta * unit)
-    a = a + after - level
-    level = after
-  end
-  leak_store(key, level, last, unit, b, a, p, drip)
+  local level, last, e, a, p = level_of(key, unit, drip, burst)
+  local f -- a leaky bucket has no floor
+  level, f, e, a, p = settle_meter(delta, unit, drip, math.min(max_units, burst * unit + debt * drip),
+    level, 0, e, a, p, reset, mark, epoch)
+  leak_store(key, level, last, unit, drip, burst, e, a, p)
 end
 algorithms.leaky_bucket.settle = leak_settle
 algorithms.leaky_bucket_shape.settle = leak_settle

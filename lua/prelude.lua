@@ -6,30 +6,32 @@
 -- share one hash tag (one slot).
 -- KEYS    the state of each limit of the decision, in order.
 -- ARGV    now in microseconds, or "" to read the Redis clock (TIME), so
---         one key always sees one clock; the id of the reservation the
---         decision makes ("" for none: only concurrency limits and the
---         sliding log read it; "+M" for a prefetch, see decide.lua);
---         then per limit, in the order of its keys: its cost (events asked
---         for, 0 <= cost <= burst; 0 only reports the state), the name of
---         its algorithm, then that algorithm's own arguments.
+--         one key always sees one clock; rid, the id of the reservation
+--         (or prefetch) the decision makes, a decimal below 2^52, or ""
+--         for none; more, the events a prefetch asks for beyond the cost
+--         (0 for none, see decide.lua); then per limit, in the order of
+--         its keys: its cost (events asked for, 0 <= cost <= burst; 0 only
+--         reports the state), the name of its algorithm, then that
+--         algorithm's own arguments.
 -- Reply   see decide.lua and settle.lua.
 --
 -- Each algorithm file adds algorithms.<name> = {args = N, decide = f},
 -- then, after its "--- settle ---" line, algorithms.<name>.settle = s
 -- (only settlement and batch scripts have it). f(key, cost, at, commit) reads its N arguments from
 -- ARGV[at] on and returns allowed (0|1), remaining, retry_after,
--- reset_after, delay, next and, optionally, mark: next is the time until
--- one more event fits (0 when remaining is the burst); mark is whatever
--- the algorithm's settle needs to know of the state the decision left (0
--- when absent). Durations are in microseconds, all integers (floor or
--- ceil after every division, so that state stored in Redis stays exact).
--- It reads the time from `now`. It stores the new state only if it allows
--- and commit is true, which the caller passes only for a cost above 0.
--- s(key, delta, at, remaining, reset, next, mark) settles a reservation
--- made at `reserved`, whose decision said remaining, reset, next and mark
--- of the limit: a delta below 0 gives back -delta events as far as the
--- limit still holds them; above 0 it charges delta more without denying
--- (a debt, at most max_debt µs long, that later decisions wait out).
+-- reset_after, delay, next and, optionally, mark and epoch: next is the
+-- time until one more event fits (0 when remaining is the burst); mark and
+-- epoch are what the algorithm's settle needs to know of the state the
+-- decision left (meter.lua; 0 when absent). Durations are in
+-- microseconds, all integers (floor or ceil after every division, so that
+-- state stored in Redis stays exact). It reads the time from `now`. It
+-- stores the new state only if it allows and commit is true, which the
+-- caller passes only for a cost above 0. s(key, delta, at, reset, mark,
+-- epoch, debt) settles a reservation made at `reserved`, whose decision
+-- said reset, mark and epoch of the limit: a delta below 0 gives back
+-- -delta events as far as the limit still holds them; above 0 it charges
+-- delta more without denying (a debt: the state stays in debt at most
+-- `debt` µs longer than the limit's full allowance takes to come back).
 -- A file may also have a fast path for its algorithm, a block `if name ==
 -- '<name>' then ... end` between a line "--- fast ---" and a line "---
 -- general ---", which lua.go puts in decide.lua's quick: with key, cost
@@ -51,13 +53,14 @@ local function clock(arg)
   return redis_now
 end
 --- general ---
-local rid -- the reservation's id, or "" (settle: "+" for a prefetch's give-back)
+local rid -- the reservation's (or prefetch's) id, or "": names its slots and log entries
+local rid_n = 0 -- rid as a number, 0 for none: a meter's epoch (meter.lua)
 local fetching = 0 -- the events a decision prefetches beyond its cost (decide.lua)
+local giveback = false -- settle: a prefetch's give-back (meter.lua)
 -- prefetch_lease: µs a meter keeps prefetched events counted at least
--- (gcra.lua; prefetchLease in core/prefetch.go)
+-- (gcra.lua; prefetchLease in internal/engine/prefetch.go)
 local prefetch_lease = 20000
 local reserved, reserved_n -- settle: when the reservation was made, and its n
-local max_debt = 1125899906842624 -- 2^50 µs, about 35 years: keeps every value exact
 local max_units = 2251799813685248 -- 2^51: the most units a meter's backlog or position reaches
 
 -- expire sets key's time to live to us microseconds, in whole milliseconds,

@@ -6,16 +6,23 @@
 --         events admitted in that µs, so members stay unique), or, for a
 --         reservation's events, "<µs>:<id>:<i>", so that its settlement
 --         takes back its own. Members that left the window are trimmed on
---         every write, so it holds at most burst members (and as many more
---         in debt); the key expires one period after the last event.
+--         every write (at most log_trim a call), so it holds about burst
+--         members (and as many more in debt); the key expires one period
+--         after the last event.
 -- ARGV    period in microseconds; burst: the allowance per window (= rate)
 -- Reply   allowed, remaining, retry_after, reset_after, 0, next
+
+-- log_trim: the most entries that have left the window one call removes
+-- (the rest go with the next calls; counts leave them out), so that a call
+-- adds and removes at most about 20 000 entries whatever came before.
+local log_trim = 10000
 
 -- log adds events i = from..to at now, named as above, and trims what
 -- has left the window. A plain event's i starts past the members already
 -- at now and moves on past any name a refund left free (ZADD NX).
 local function log(key, from, to, id, period)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - period)
+  local gone = redis.call('ZCOUNT', key, '-inf', now - period) -- the oldest, by rank
+  if gone > 0 then redis.call('ZREMRANGEBYRANK', key, 0, math.min(gone, log_trim) - 1) end
   -- string.format, not tostring or `..`: those keep 14 digits of a 16-digit µs
   local stamp = string.format('%d', now)
   local base, need = stamp .. ':', to - from + 1

@@ -3,13 +3,16 @@
 -- in part, whose count is weighted by the part still inside. k = 1 is the
 -- classic estimate from the current and the previous window.
 --
--- KEYS    hash: field = start of a sub-bucket in µs, value = events in it.
---         Fields that have left the window are deleted on every write, so
---         the hash holds at most k + 1 fields. Counts above the allowance
---         are a debt (settle).
+-- KEYS    hash: field = start of a sub-bucket in µs, value = events in it;
+--         and e, the epoch: the id of the first reservation counted since
+--         the hash was made or the clock went back (a sub-bucket ahead of
+--         now's; 0 until one), which a refund must name. Fields that have
+--         left the window are deleted on every write, so the hash holds at
+--         most k + 2 fields. A charge past the allowance is a debt, of at
+--         most twice the allowance in one sub-bucket (settle).
 -- ARGV    period in microseconds; burst: the allowance per window
 --         (= rate); k, which divides the period evenly
--- Reply   allowed, remaining, retry_after, reset_after, 0, next
+-- Reply   allowed, remaining, retry_after, reset_after, 0, next, 0, epoch
 --
 -- Counts are compared scaled by the sub-bucket size, so weights stay exact
 -- integers.
@@ -20,18 +23,24 @@ algorithms.sliding_window = {args = 3, decide = function(key, cost, at, commit)
   local into = now - cur * size      -- µs since it began
 
   -- counts[i], i = 0..k: sub-bucket cur - k + i. 0 is the oldest, part-covered.
-  local counts, gone = {}, {}
+  local counts, gone, e, ahead = {}, {}, 0, false
   for i = 0, k do counts[i] = 0 end
   local fields = redis.call('HGETALL', key)
   for j = 1, #fields, 2 do
-    local i = math.floor(tonumber(fields[j]) / size) - cur + k
-    if i < 0 then
+    local start = tonumber(fields[j])
+    local i = start and math.floor(start / size) - cur + k
+    if not start then -- e
+      e = tonumber(fields[j + 1])
+    elseif i < 0 then
       gone[#gone + 1] = fields[j]
     else -- a field from a clock ahead of this one counts as current
+      ahead = ahead or i > k
       i = math.min(i, k)
       counts[i] = counts[i] + tonumber(fields[j + 1])
     end
   end
+  local stored = e
+  if ahead then e = 0 end -- the clock went back: no refund crosses it
 
   -- wait: µs until `want` events fit. While sub-bucket cur + j runs, the
   -- ones after it are empty (nothing arrived yet), those before it have
@@ -64,30 +73,36 @@ algorithms.sliding_window = {args = 3, decide = function(key, cost, at, commit)
   for i = 1, k do weighted = weighted + counts[i] * size end
   local remaining = math.max(0, math.floor((burst * size - weighted) / size))
   if cost > remaining then
-    return 0, remaining, wait(cost), reset(), 0, wait(remaining + 1)
+    return 0, remaining, wait(cost), reset(), 0, wait(remaining + 1), 0, 0
   end
   counts[k] = counts[k] + cost
+  if e == 0 then e = rid_n end -- afresh: a reservation's, the first since
   local left = reset()
   if commit then
     redis.call('HINCRBY', key, string.format('%d', cur * size), cost)
+    if e ~= stored then redis.call('HSET', key, 'e', e) end
     if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
     redis.call('PEXPIRE', key, math.max(1, math.ceil(left / 1000)))
   end
   remaining = remaining - cost
   local next = 0 -- µs until one more event fits
   if remaining < burst then next = wait(remaining + 1) end
-  return 1, remaining, 0, left, 0, next
+  return 1, remaining, 0, left, 0, next, 0, e
 end}
 --- settle ---
--- settle takes refunded events out of the sub-bucket they were counted in,
--- while it is in the window, and counts charged ones in now's.
-algorithms.sliding_window.settle = function(key, delta, at)
-  local size = tonumber(ARGV[at]) / tonumber(ARGV[at + 2])
+-- settle takes refunded events out of the sub-bucket they were counted
+-- in, while it is in the window and the epoch theirs, and counts charged
+-- ones in now's, which holds at most twice the allowance (2 * burst).
+algorithms.sliding_window.settle = function(key, delta, at, reset, mark, epoch)
+  local size, burst = tonumber(ARGV[at]) / tonumber(ARGV[at + 2]), tonumber(ARGV[at + 1])
   if delta > 0 then
-    local cur = math.floor(now / size) * size
-    redis.call('HINCRBY', key, string.format('%d', cur), delta)
-    return expire(key, cur + size + tonumber(ARGV[at]) - now)
+    local cur = string.format('%d', math.floor(now / size) * size)
+    local have = tonumber(redis.call('HGET', key, cur)) or 0
+    redis.call('HSET', key, cur, math.max(have, math.min(2 * burst, have + delta)))
+    return expire(key, math.floor(now / size) * size + size + tonumber(ARGV[at]) - now)
   end
+  local e = tonumber(redis.call('HGET', key, 'e')) or 0
+  if e == 0 or e ~= epoch or reserved > now then return end -- another epoch, or a clock gone back
   local field = string.format('%d', math.floor(reserved / size) * size)
   local have = tonumber(redis.call('HGET', key, field)) or 0
   if math.min(-delta, have) >= have then redis.call('HDEL', key, field)

@@ -55,6 +55,7 @@ const (
 	knobMaxDelay                  // MaxDelay
 	knobCalendar                  // Calendar
 	knobPrefetch                  // Prefetch
+	knobMaxDebt                   // MaxDebt
 )
 
 // descriptor is everything the Limiter knows of one algorithm, or of one
@@ -94,6 +95,10 @@ type descriptor struct {
 	// holds: the limit holds slots that a reservation's settlement frees,
 	// so only Reserve takes it.
 	holds bool
+	// members: each event it admits is a member of a sorted set (a log
+	// entry, a slot), which one call adds or removes one by one: a
+	// decision may take at most maxMembers of them in all.
+	members bool
 	// meter: the limit refills continuously, so prefetched events may be
 	// admitted only while they would still be counted (prefetch.go); a
 	// prefetching algorithm without it is a window, whose prefetched
@@ -104,9 +109,9 @@ type descriptor struct {
 // algorithms holds the descriptor of every algorithm, by name. Variants
 // are picked by Limit.descriptor.
 var algorithms = map[Algorithm]*descriptor{
-	GCRA:        {file: "gcra", knobs: knobPrefetch, meter: true, args: bucketArgs, span: unitSpan},
-	TokenBucket: {file: "token_bucket", knobs: knobStepped | knobPrefetch, meter: true, args: bucketArgs, span: unitSpan},
-	LeakyBucket: {file: "leaky_bucket", knobs: knobShape, args: bucketArgs, span: unitSpan},
+	GCRA:        {file: "gcra", knobs: knobPrefetch | knobMaxDebt, meter: true, args: bucketArgs, span: unitSpan},
+	TokenBucket: {file: "token_bucket", knobs: knobStepped | knobPrefetch | knobMaxDebt, meter: true, args: bucketArgs, span: unitSpan},
+	LeakyBucket: {file: "leaky_bucket", knobs: knobShape | knobMaxDebt, args: bucketArgs, span: unitSpan},
 	FixedWindow: {file: "fixed_window", window: true, knobs: knobCalendar | knobPrefetch, args: windowArgs,
 		span: func(l Limit) float64 { return float64(micros(l.Period)) }},
 	SlidingWindow: {file: "sliding_window", window: true, knobs: knobBuckets,
@@ -122,12 +127,12 @@ var algorithms = map[Algorithm]*descriptor{
 		args: func(l Limit) ([maxArgs]int64, int) {
 			return [maxArgs]int64{micros(l.Period), int64(l.Rate), int64(l.buckets())}, 3
 		},
-		span: func(l Limit) float64 { // rate times the sub-bucket size
-			return float64(l.Rate) * float64(micros(l.Period)/int64(l.buckets()))
+		span: func(l Limit) float64 { // the weighted count: debts fill each sub-bucket to twice the rate
+			return 2 * float64(l.Rate) * float64(micros(l.Period)+micros(l.Period)/int64(l.buckets()))
 		}},
-	SlidingLog: {file: "sliding_log", window: true, args: windowArgs,
+	SlidingLog: {file: "sliding_log", window: true, members: true, args: windowArgs,
 		span: func(l Limit) float64 { return float64(micros(l.Period)) }},
-	Concurrency: {file: "concurrency", window: true, holds: true,
+	Concurrency: {file: "concurrency", window: true, holds: true, members: true,
 		args: func(l Limit) ([maxArgs]int64, int) {
 			return [maxArgs]int64{micros(l.Period), int64(l.Rate)}, 2
 		},
@@ -136,7 +141,7 @@ var algorithms = map[Algorithm]*descriptor{
 
 // steppedTokenBucket is the TokenBucket with Stepped set: other state.
 var steppedTokenBucket = &descriptor{name: "token_bucket_stepped", file: "token_bucket_stepped",
-	suffix: "token_bucket:stepped", knobs: knobStepped,
+	suffix: "token_bucket:stepped", knobs: knobStepped | knobMaxDebt,
 	args: func(l Limit) ([maxArgs]int64, int) {
 		return [maxArgs]int64{int64(l.Rate), micros(l.Period), int64(l.Capacity())}, 3
 	},
@@ -146,7 +151,7 @@ var steppedTokenBucket = &descriptor{name: "token_bucket_stepped", file: "token_
 // shapingLeakyBucket is the LeakyBucket with Shape set: the same state,
 // one more argument.
 var shapingLeakyBucket = &descriptor{name: "leaky_bucket_shape", file: "leaky_bucket",
-	suffix: string(LeakyBucket), knobs: knobShape | knobMaxDelay,
+	suffix: string(LeakyBucket), knobs: knobShape | knobMaxDelay | knobMaxDebt,
 	check: func(l Limit) error {
 		if l.MaxDelay < 0 || l.MaxDelay%time.Microsecond != 0 {
 			return fmt.Errorf("max_delay %v must be positive whole microseconds (0 means none)", l.MaxDelay)
@@ -262,12 +267,16 @@ func (l Limit) knobs() knob {
 	if l.Prefetch != 0 {
 		k |= knobPrefetch
 	}
+	if l.MaxDebt != 0 {
+		k |= knobMaxDebt
+	}
 	return k
 }
 
 // knobNames names each knob as ParseLimit spells it.
 var knobNames = map[knob]string{knobBuckets: "buckets", knobStepped: "stepped",
-	knobShape: "shape", knobMaxDelay: "max_delay", knobCalendar: "calendar", knobPrefetch: "prefetch"}
+	knobShape: "shape", knobMaxDelay: "max_delay", knobCalendar: "calendar", knobPrefetch: "prefetch",
+	knobMaxDebt: "max_debt"}
 
 // checkKnobs reports a knob that l sets but its algorithm does not read.
 func (l Limit) checkKnobs(d *descriptor) error {
@@ -275,13 +284,15 @@ func (l Limit) checkKnobs(d *descriptor) error {
 	if extra == 0 {
 		return nil
 	}
-	for k := knobBuckets; k <= knobPrefetch; k <<= 1 {
+	for k := knobBuckets; k <= knobMaxDebt; k <<= 1 {
 		if extra&k == 0 {
 			continue
 		}
 		switch {
 		case k == knobMaxDelay:
 			return fmt.Errorf("max_delay needs shape (a %s that queues)", LeakyBucket)
+		case k == knobMaxDebt:
+			return fmt.Errorf("max_debt is a gcra, token_bucket or leaky_bucket setting: a %s's debt ends with its window", l.algorithm())
 		case k == knobPrefetch && (l.Stepped || l.Shape):
 			return fmt.Errorf("prefetch does not go with stepped or shape: their events may not be admitted later than they are counted")
 		}

@@ -53,6 +53,7 @@ type carrier struct {
 	warmDone   chan struct{} // closed when the running lookup of waitWarm ends; nil: none runs
 	reload     func()
 	reloadedAt atomic.Int64  // unix ns of the last reload asked
+	dials      dialWatch     // the last failed dial of the client's connections
 	main       *lane         // a single server's, or calls no node was found for
 	lanes      sync.Map      // *redis.Client -> *lane
 	goneOpens  atomic.Uint64 // the breaker openings of lanes forgotten
@@ -76,6 +77,9 @@ func newCarrier(rdb redis.Scripter, batch, senders int, batchScript bool, after 
 		queued: max(batch*senders*queuePerSender, 1024)}
 	e.linger.Store(int64(senderLinger))
 	e.transport.init(rdb, batch, batchScript, log)
+	if c, ok := rdb.(interface{ AddHook(redis.Hook) }); ok {
+		c.AddHook(&e.dials)
+	}
 	e.trips.New = func() any { return new(trip) }
 	switch c := rdb.(type) {
 	case *redis.ClusterClient:
@@ -294,14 +298,68 @@ func topologyError(err error) bool {
 	return unrun(err) || refused(err, "MASTERDOWN")
 }
 
+// dialWatch is a go-redis hook that remembers the last failed dial of a
+// client's connections (a refused connection, a name that does not
+// resolve), which go-redis retries and then hides behind the caller's
+// deadline: a decision that times out names it as the likely cause.
+type dialWatch struct {
+	last atomic.Pointer[dialFailure]
+}
+
+// dialFailure is a failed dial: its address, error and time.
+type dialFailure struct {
+	addr string
+	err  error
+	at   time.Time
+}
+
+func (w *dialWatch) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			w.last.Store(&dialFailure{addr, err, time.Now()})
+		case err == nil && w.last.Load() != nil:
+			w.last.Store(nil)
+		}
+		return conn, err
+	}
+}
+
+func (w *dialWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (w *dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// failed returns the error of the last dial to addr ("": to any address)
+// if it failed within causeMaxAge, else nil.
+func (w *dialWatch) failed(addr string) error {
+	d := w.last.Load()
+	if d == nil || addr != "" && d.addr != addr || time.Since(d.at) > causeMaxAge {
+		return nil
+	}
+	return d.err
+}
+
+// unsentError is the error of a call that was not sent: its caller's
+// context had ended before. It unwraps to the context's error.
+type unsentError struct{ error }
+
+func (e unsentError) Unwrap() error { return e.error }
+
 // timeoutError is the error of a call that outlived its timeout; cause is
 // the last error its lane saw, if recent.
 type timeoutError struct {
 	d     time.Duration
 	cause error
+	dial  bool // cause is a failed dial: the client could not connect
 }
 
 func (e *timeoutError) Error() string {
+	if e.dial {
+		return fmt.Sprintf("redlimit: could not reach Redis within %v: %v", e.d, e.cause)
+	}
 	if e.cause != nil {
 		return fmt.Sprintf("redlimit: no answer from Redis within %v (it last failed with: %v)", e.d, e.cause)
 	}
@@ -321,9 +379,20 @@ func (e *timeoutError) Unwrap() []error {
 // the lane's last error as its likely cause when it is recent.
 func (ln *lane) timedOut(timeout time.Duration) error {
 	if ln.failing() {
-		return &timeoutError{timeout, ln.seen.Load().err}
+		return &timeoutError{timeout, ln.seen.Load().err, false}
+	}
+	if d := ln.e.dials.failed(ln.addr()); d != nil { // a server that refuses connections
+		return &timeoutError{timeout, d, true}
 	}
 	return &timeoutError{d: timeout}
+}
+
+// addr is the address of the lane's node, "" for the main lane (any).
+func (ln *lane) addr() string {
+	if ln.node == nil {
+		return ""
+	}
+	return ln.node.Options().Addr
 }
 
 // failing reports whether a round trip of ln failed lately.
@@ -389,7 +458,7 @@ func (e *carrier) run(ctx context.Context, c *call, timeout time.Duration) ([]in
 func (ln *lane) do(ctx context.Context, c *call, timeout time.Duration, limit time.Time) ([]int64, error) {
 	if err := ctx.Err(); err != nil { // nobody waits for it: do not send it
 		c.recycle()
-		return nil, err
+		return nil, unsentError{err}
 	}
 	switch {
 	case ln.e.bounded && !c.due.IsZero() && ln.qlen.Load() == 0 && ln.busy.CompareAndSwap(0, 1): // free

@@ -26,10 +26,12 @@ type decision struct {
 	// none; more asks the script for up to that many events beyond n (a
 	// fetch, prefetch.go), and got is how many it granted.
 	prefetch, more, got int
+	members             int // log entries and slots the decision may add (call.members)
 	infos               [MaxLimits]*limitInfo
 	keys                [MaxLimits]string
 	costs               [MaxLimits]int   // each limit's cost
-	marks               [MaxLimits]int64 // what the reply said each limit's settlement needs
+	marks               [MaxLimits]int64 // what the reply said each limit's settlement needs: its mark
+	epochs              [MaxLimits]int64 // and its epoch (lua/meter.lua)
 }
 
 // Request is one decision: n events, or a cost per limit, for a key
@@ -142,9 +144,12 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 	reply, err := l.ask(ctx, d, now)
 	var at int64 // the decision's clock, µs
 	if err == nil {
-		at, d.got, err = readReply(reply, limits, d.infos[:d.k], d.costs[:d.k], d.upTo, results, d.marks[:d.k])
+		at, d.got, err = readReply(reply, limits, d.infos[:d.k], d.costs[:d.k], d.upTo, results, d.marks[:d.k], d.epochs[:d.k])
 	}
 	if err != nil {
+		if reserve {
+			l.unanswered(d, err) // its slots, if it took any, are freed in the background
+		}
 		// A copy of id: were id itself to reach the heap, so would the
 		// caller's arguments, costing an allocation per decision.
 		return Result{}, 0, nil, fmt.Errorf("redlimit: %s decision for %q: %w", d.algorithms(), strings.Clone(id), err)
@@ -161,13 +166,13 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 		return res, i, nil, nil
 	case reserve:
 		return res, i, newReservation(l, d, at, results), nil
-	case d.got > 0: // a fetch: its give-back is a refund marked "+" (lua/gcra.lua)
+	case d.got > 0: // a fetch: its give-back is a refund that takes all or nothing (lua/meter.lua)
 		d.n += d.got
 		for i := range d.k {
 			d.costs[i] = d.n
 		}
 		r := newReservation(l, d, at, results)
-		r.id = "+"
+		r.giveBack = true
 		return res, i, r, nil
 	}
 	return res, i, nil, nil
@@ -188,6 +193,7 @@ func (l *Limiter) prepare(d *decision, id string, scopes []string, limits []Limi
 	}
 	d.k, d.n = len(limits), n
 	d.prefetch = limits[0].Prefetch
+	d.members = 0
 	for i, limit := range limits {
 		cost := n
 		if costs != nil {
@@ -217,11 +223,18 @@ func (l *Limiter) prepare(d *decision, id string, scopes []string, limits []Limi
 			d.never = d.never || cost > info.capacity
 		}
 		d.holds = d.holds || info.d.holds
+		if info.d.members {
+			d.members += min(cost, info.capacity)
+		}
 		for j := range i {
 			if d.keys[j] == d.keys[i] {
 				return errSharedState(limits[j], limit)
 			}
 		}
+	}
+	if d.members > maxMembers {
+		return fmt.Errorf("%w: the decision would add %d log entries and slots (sliding_log, concurrency) at once; at most %d, so that one call does not hold Redis long",
+			ErrInvalidCost, d.members, maxMembers)
 	}
 	return nil
 }
@@ -245,15 +258,16 @@ func (d *decision) algorithms() string {
 
 // ask sends d's script call and returns its reply. The call runs the
 // script of d's algorithm, or the mixed one when they differ; its ARGV is
-// the clock ("": the server's) and the reservation's id, then per limit
-// its cost (0 for a cost that can never be admitted: the state is
-// reported) and the algorithm's own.
+// the clock ("": the server's), the reservation's id and the events a
+// prefetch asks for, then per limit its cost (0 for a cost that can never
+// be admitted: the state is reported) and the algorithm's own
+// (lua/prelude.lua).
 func (l *Limiter) ask(ctx context.Context, d *decision, now time.Time) ([]int64, error) {
-	rid := d.rid
-	if d.more > 0 {
-		rid = fetchID(d.more)
+	if d.more > 0 && d.rid == "" { // a fetch is settled by its give-back: it needs an id
+		d.rid = l.nextID()
 	}
-	c := l.limitsCall(scriptOf(d.infos[:d.k], false), d.keys[:d.k], now, rid)
+	c := l.limitsCall(scriptOf(d.infos[:d.k], false), d.keys[:d.k], now, d.rid)
+	c.argv, c.members = append(c.argv, d.more), d.members
 	for i, info := range d.infos[:d.k] {
 		cost := d.costs[i]
 		if d.never {

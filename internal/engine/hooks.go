@@ -12,7 +12,7 @@ import (
 // Settings the tests read.
 const (
 	MaxCount               = maxCount
-	MaxSlots               = maxSlots
+	MaxMembers             = maxMembers
 	MinPeriod              = minPeriod
 	DefaultBuckets         = defaultBuckets
 	MaxKeyLen              = maxKeyLen
@@ -106,7 +106,7 @@ func Script(l Limit) (src, sha string, argv []any) {
 	if err != nil {
 		panic(err)
 	}
-	return info.d.script.src, info.d.script.sha, info.appendArgs([]any{"", "", 1}, time.Now())
+	return info.d.script.src, info.d.script.sha, info.appendArgs([]any{"", "", 0, 1}, time.Now())
 }
 
 // MixedScript returns the script that decides any mix of algorithms.

@@ -26,14 +26,17 @@ const (
 // Bounds of a Limit's fields.
 const (
 	maxCount = 1_000_000_000 // Rate and Burst
-	// maxSlots bounds a Concurrency limit's Rate, and so the members of its
-	// sorted set: each slot held is one (about 100 bytes, and 1 to 3 µs of
-	// the server's time to take or free; docs/lifecycle.md).
-	maxSlots       = 100_000
-	minPeriod      = time.Millisecond // Redis key TTLs are whole milliseconds
-	defaultBuckets = 10               // a SlidingWindow's Buckets when 0
-	defaultLease   = time.Minute      // a Concurrency limit's Period when ParseLimit reads none
-	maxBuckets     = 100              // bounds a SlidingWindow key's size and the script's work
+	// maxMembers bounds what one script call may add to or take from a
+	// sorted set, and so the server's time for it (about 1 µs a member,
+	// docs/algorithms.md#the-cost-of-one-call): a Concurrency limit's Rate
+	// (each slot held is a member), a SlidingLog's Rate (each event in the
+	// window is one), and the slots and log entries one decision takes.
+	maxMembers     = 10_000
+	maxDebt        = 1 << 50 * time.Microsecond // MaxDebt's bound, about 35 years: keeps every value exact
+	minPeriod      = time.Millisecond           // Redis key TTLs are whole milliseconds
+	defaultBuckets = 10                         // a SlidingWindow's Buckets when 0
+	defaultLease   = time.Minute                // a Concurrency limit's Period when ParseLimit reads none
+	maxBuckets     = 100                        // bounds a SlidingWindow key's size and the script's work
 	// exactMax bounds every integer the scripts hold: Lua numbers are
 	// doubles, exact up to 2^53. Half of that leaves room for the clock
 	// (about 2^51 µs since 1970).
@@ -56,6 +59,7 @@ type Limit struct {
 	Calendar string
 	Prefetch int
 	Unit     string
+	MaxDebt  time.Duration
 }
 
 // algorithm returns the effective algorithm: "" is GCRA.
@@ -102,8 +106,12 @@ func (l Limit) Validate() error {
 		err = fmt.Errorf("prefetch %d is above the %d events that can pass at once", l.Prefetch, l.Capacity())
 	case !validUnit(l.Unit):
 		err = fmt.Errorf("unit %q must be lowercase letters, digits, '_' or '-', at most %d bytes", l.Unit, maxUnitLen)
-	case l.Algorithm == Concurrency && l.Rate > maxSlots:
-		err = fmt.Errorf("a concurrency limit holds at most %d slots, not %d", maxSlots, l.Rate)
+	case l.Algorithm == Concurrency && l.Rate > maxMembers:
+		err = fmt.Errorf("a concurrency limit holds at most %d slots, not %d (each is a member of a sorted set that one script call may have to add or remove)", maxMembers, l.Rate)
+	case l.Algorithm == SlidingLog && l.Rate > maxMembers:
+		err = fmt.Errorf("a sliding_log keeps one entry per event in its window: at most %d, not %d (for more, use sliding_window or gcra)", maxMembers, l.Rate)
+	case l.MaxDebt < 0 || l.MaxDebt > maxDebt || l.MaxDebt%time.Microsecond != 0:
+		err = fmt.Errorf("max_debt %v must be whole microseconds from 0 (one period) to %v", l.MaxDebt, maxDebt)
 	case d.window && l.Burst != 0 && l.Burst != l.Rate:
 		err = fmt.Errorf("%s allows rate events per window; burst %d must be 0 or equal to rate %d",
 			l.algorithm(), l.Burst, l.Rate)
@@ -120,6 +128,15 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: %v", ErrInvalidLimit, err)
 	}
 	return nil
+}
+
+// debt returns how long, in µs, one charge may leave the limit's state in
+// debt past its full allowance coming back: MaxDebt, or one Period.
+func (l Limit) debt() int64 {
+	if l.MaxDebt == 0 {
+		return micros(l.Period)
+	}
+	return micros(l.MaxDebt)
 }
 
 // buckets returns the effective SlidingWindow sub-bucket count.
@@ -185,6 +202,10 @@ func (l Limit) String() string {
 	if l.Unit != "" {
 		b.WriteString(" unit=")
 		b.WriteString(l.Unit)
+	}
+	if l.MaxDebt != 0 {
+		b.WriteString(" max_debt=")
+		b.WriteString(formatPeriod(l.MaxDebt, periodUnits))
 	}
 	return b.String()
 }
@@ -296,6 +317,8 @@ func ParseLimit(s string) (Limit, error) {
 			l.Buckets, err = parseCount(value)
 		case name == "max_delay" && hasValue:
 			l.MaxDelay, err = parsePeriod(value)
+		case name == "max_debt" && hasValue:
+			l.MaxDebt, err = parsePeriod(value)
 		case name == "prefetch" && hasValue:
 			l.Prefetch, err = parseCount(value)
 		case name == "unit" && hasValue:
@@ -313,7 +336,7 @@ func ParseLimit(s string) (Limit, error) {
 		case f == "shape":
 			l.Shape = true
 		default:
-			return bad("unknown option %q (want an algorithm: %s; or burst=N, buckets=N, stepped, shape, max_delay=DURATION, calendar[=ZONE], prefetch=N, unit=NAME; a concurrency limit takes lease=DURATION)", f, algorithmNames())
+			return bad("unknown option %q (want an algorithm: %s; or burst=N, buckets=N, stepped, shape, max_delay=DURATION, calendar[=ZONE], prefetch=N, unit=NAME, max_debt=DURATION; a concurrency limit takes lease=DURATION)", f, algorithmNames())
 		}
 		if err != nil {
 			return bad("%s %v", name, err)

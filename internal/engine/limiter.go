@@ -121,11 +121,12 @@ func (l *Limiter) Reset(ctx context.Context, scope, key string, limit Limit) err
 
 // Stats are core.Stats: a Limiter's counters, each from 0 at New.
 type Stats struct {
-	BreakerOpen       bool   // a breaker is open now
-	BreakerOpens      uint64 // breakers opened, every node's
-	FailedSettlements uint64 // settlements that returned an error from Redis or the engine
-	RetriedReleases   uint64 // failed settlements whose slots were freed in the background
-	AbandonedReleases uint64 // failed settlements whose slots were left to their lease
+	BreakerOpen            bool   // a breaker is open now
+	BreakerOpens           uint64 // breakers opened, every node's
+	FailedSettlements      uint64 // settlements that returned an error from Redis or the engine
+	UnansweredReservations uint64 // reserving decisions of Concurrency limits that failed after they may have reached Redis
+	RetriedReleases        uint64 // failed settlements and decisions whose slots were freed in the background
+	AbandonedReleases      uint64 // failed settlements and decisions whose slots were left to their lease
 }
 
 // Stats returns the Limiter's counters. It is cheap and safe for
@@ -134,7 +135,8 @@ func (l *Limiter) Stats() Stats {
 	l.carrier.forgetting.Lock()
 	defer l.carrier.forgetting.Unlock()
 	s := Stats{BreakerOpens: l.carrier.goneOpens.Load(), FailedSettlements: l.releaser.failed.Load(),
-		RetriedReleases: l.releaser.retried.Load(), AbandonedReleases: l.releaser.abandoned.Load()}
+		UnansweredReservations: l.releaser.unanswered.Load(),
+		RetriedReleases:        l.releaser.retried.Load(), AbandonedReleases: l.releaser.abandoned.Load()}
 	l.carrier.eachLane(func(ln *lane) {
 		open := ln.breaker.open.Load()
 		s.BreakerOpen = s.BreakerOpen || open

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -358,7 +357,3 @@ func (l *Limiter) forgetLeases(name string) {
 		return true
 	})
 }
-
-// fetchID is the reservation id that asks the script for up to more
-// events beyond the cost (lua/decide.lua).
-func fetchID(more int) string { return "+" + strconv.Itoa(more) }

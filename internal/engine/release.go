@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,11 +11,17 @@ import (
 // A settlement that fails (a timeout, a lost connection, an open breaker)
 // may not have freed the Concurrency slots its Reservation holds, which
 // would then stay held until their lease ends: a stall of a second could
-// block a key for the whole lease. Freeing slots is idempotent (the
-// settlement script removes the reservation's own members; removing them
-// twice removes nothing more), so the Limiter frees them again in the
-// background. Only the slots: a refund or a charge to the other limits is
-// not idempotent and stays sent at most once.
+// block a key for the whole lease. So may a reserving decision that fails
+// after it may have reached Redis (its caller's context ended or its
+// timeout passed while it was on its way, or its reply was lost): its
+// script may have taken slots that nobody will free. Freeing slots is
+// idempotent (the settlement script removes the reservation's own
+// members; removing them twice removes nothing more), and a release that
+// finds none of them leaves a record that makes its decision, should it
+// reach Redis later, take nothing (lua/concurrency.lua); so the Limiter
+// frees them in the background. Only the slots: a refund or a charge to
+// the other limits is not idempotent and stays sent at most once, and a
+// decision that may have run may have counted.
 //
 // One goroutine per Limiter does it (releaser.run), started when a failed
 // settlement holds slots and stopped when nothing is left to retry. It
@@ -31,9 +38,10 @@ const (
 	releaseTimeout   = 500 * time.Millisecond // bounds one retry, unless the Limiter's timeout is longer
 )
 
-// releaser retries the release of the slots of failed settlements.
+// releaser retries the release of the slots of failed settlements and
+// decisions.
 type releaser struct {
-	failed, retried, abandoned atomic.Uint64 // Stats
+	failed, unanswered, retried, abandoned atomic.Uint64 // Stats
 
 	mu      sync.Mutex
 	queue   []*pending // unordered; at most releaseQueue
@@ -53,17 +61,45 @@ type pending struct {
 // slots and err does not say that they cannot be freed (an error about
 // the call itself, such as WRONGTYPE), has them freed in the background.
 func (l *Limiter) settleFailed(r *Reservation, err error) {
-	rl := &l.releaser
-	rl.failed.Add(1)
-	switch {
-	case !r.holds:
-		return
-	case requestError(err): // it would fail again
-		rl.abandoned.Add(1)
+	l.releaser.failed.Add(1)
+	if !r.holds {
 		return
 	}
+	if requestError(err) { // it would fail again
+		l.releaser.abandoned.Add(1)
+		return
+	}
+	l.releaseLater(r, r.leaseLeft(l.now()))
+}
+
+// unanswered records that the reserving decision of d, whose slots r
+// names, failed with err; if the decision may have reached Redis and
+// taken slots (mayHaveRun), they are freed in the background, a lease
+// from now at the latest.
+func (l *Limiter) unanswered(d *decision, err error) {
+	if !d.holds || d.rid == "" || !mayHaveRun(err) {
+		return
+	}
+	l.releaser.unanswered.Add(1)
+	r := newReservation(l, d, 0, make([]Result, d.k))
+	r.unknown = true
+	l.releaseLater(r, r.lease())
+}
+
+// mayHaveRun reports whether a call that failed with err may have run its
+// script: any failure but those that say it was never sent (unsent, an
+// open breaker or a full queue: ErrUnavailable) or that Redis refused it
+// without running it (an error reply about the call itself).
+func mayHaveRun(err error) bool {
+	var u unsentError
+	return !errors.As(err, &u) && !errors.Is(err, ErrUnavailable) && !requestError(err)
+}
+
+// releaseLater queues the release of r's slots, to be tried within left.
+func (l *Limiter) releaseLater(r *Reservation, left time.Duration) {
+	rl := &l.releaser
 	now := time.Now()
-	p := &pending{r: r, due: now.Add(releaseFirstWait), wait: releaseFirstWait, until: now.Add(r.leaseLeft(l.now()))}
+	p := &pending{r: r, due: now.Add(releaseFirstWait), wait: releaseFirstWait, until: now.Add(left)}
 	if !p.due.Before(p.until) {
 		rl.abandoned.Add(1) // the lease ends first, and frees the slots
 		return
@@ -184,31 +220,30 @@ func (l *Limiter) retryRelease(p *pending) {
 // nothing else: its Concurrency limits alone, each with the reserved cost
 // (a delta of 0), laid out as Settle lays out its call.
 func (r *Reservation) releaseCall(now time.Time) *call {
-	keys := make([]string, 0, len(r.keys))
-	infos := make([]*limitInfo, 0, len(r.infos))
 	var at []int
 	for i, info := range r.infos {
 		if info.d.holds {
-			keys, infos, at = append(keys, r.keys[i]), append(infos, info), append(at, i)
+			at = append(at, i)
 		}
 	}
-	c := r.l.limitsCall(scriptOf(infos, true), keys, now, r.id)
-	c.argv = append(c.argv, r.at)
-	for _, i := range at {
-		r.appendLimit(c, i, r.cost(i), now)
-	}
-	return c
+	return r.settleCall(at, r.cost, now)
 }
 
 // leaseLeft returns how long r's slots are held at most from now (the
 // Limiter's clock): until the shortest lease of its Concurrency limits
 // ends, counted from the decision's clock, between 0 and that lease.
 func (r *Reservation) leaseLeft(now time.Time) time.Duration {
+	lease := r.lease()
+	return min(lease, max(0, lease-now.Sub(time.UnixMicro(r.at))))
+}
+
+// lease returns the shortest lease of r's Concurrency limits.
+func (r *Reservation) lease() time.Duration {
 	lease := time.Duration(0)
 	for _, info := range r.infos {
 		if info.lease > 0 && (lease == 0 || info.lease < lease) {
 			lease = info.lease
 		}
 	}
-	return min(lease, max(0, lease-now.Sub(time.UnixMicro(r.at))))
+	return lease
 }

@@ -13,19 +13,19 @@ import (
 // reservation's settlement sends it back), then replyWidth integers per
 // limit, in the order of its keys:
 //
-//	allowed (0 or 1), remaining, retry_after, reset_after, delay, next, mark
+//	allowed (0 or 1), remaining, retry_after, reset_after, delay, next, mark, epoch
 //
 // where a limit that takes up to its cost (decision.upTo) says, when it
 // allows, 1 plus what it took (at least 2) in place of 1; durations in
 // microseconds (see Result for what each means; a remaining below 0, a
-// debt, reads as 0); mark is what a settlement of the decision sends back
-// to the algorithm (lua/prelude.lua). The top allowed is 1 plus the events
-// a prefetch took beyond the cost.
+// debt, reads as 0); mark and epoch are what a settlement of the decision
+// sends back to the algorithm (lua/prelude.lua, lua/meter.lua). The top
+// allowed is 1 plus the events a prefetch took beyond the cost.
 //
 // A decision of one limit, the common case, replies with fewer values,
 // since every value costs the script time:
 //
-//	allowed, remaining, reset_after, next[, retry_after[, delay, mark, clock]]
+//	allowed, remaining, reset_after, next[, retry_after[, delay, mark, epoch, clock]]
 //
 // allowed being the limit's (or the prefetch's: the two never meet), and
 // the bracketed values 0 when left out.
@@ -34,7 +34,7 @@ import (
 // each after its length; or after -len, the error Redis gave that call,
 // len bytes (at most maxBatchError) packed six to an integer, big-endian,
 // the last holding the rest.
-const replyWidth = 7
+const replyWidth = 8
 
 // maxBatchError is the longest error message the batch script returns.
 const maxBatchError = 240
@@ -47,16 +47,16 @@ var errMalformed = errors.New("redlimit: a script's reply is malformed")
 // decision's clock in µs and the events a prefetch took beyond the cost.
 // A limit's cost (costs[i]) above its capacity was sent as 0, to report
 // the state: it is never allowed, RetryAfter InfDuration.
-func readReply(reply []int64, limits []Limit, infos []*limitInfo, costs []int, upTo uint32, results []Result, marks []int64) (int64, int, error) {
+func readReply(reply []int64, limits []Limit, infos []*limitInfo, costs []int, upTo uint32, results []Result, marks, epochs []int64) (int64, int, error) {
 	if len(limits) == 1 {
-		if len(reply) != 4 && len(reply) != 5 && len(reply) != 8 {
-			return 0, 0, fmt.Errorf("%w: %d values for one limit, want 4, 5 or 8", errMalformed, len(reply))
+		if len(reply) != 4 && len(reply) != 5 && len(reply) != 9 {
+			return 0, 0, fmt.Errorf("%w: %d values for one limit, want 4, 5 or 9", errMalformed, len(reply))
 		}
-		var r [8]int64
+		var r [9]int64
 		copy(r[:], reply)
 		got := readLimit(r[0], r[1], r[4], r[2], r[5], r[3], limits, infos, costs, upTo, results, 0)
-		marks[0] = r[6]
-		return r[7], got, nil
+		marks[0], epochs[0] = r[6], r[7]
+		return r[8], got, nil
 	}
 	if want := 2 + replyWidth*len(limits); len(reply) != want {
 		return 0, 0, fmt.Errorf("%w: %d values for %d limits, want %d", errMalformed, len(reply), len(limits), want)
@@ -64,7 +64,7 @@ func readReply(reply []int64, limits []Limit, infos []*limitInfo, costs []int, u
 	for i := range limits {
 		r := reply[2+replyWidth*i:]
 		readLimit(r[0], r[1], r[2], r[3], r[4], r[5], limits, infos, costs, upTo, results, i)
-		marks[i] = r[6]
+		marks[i], epochs[i] = r[6], r[7]
 	}
 	return reply[1], int(max(0, reply[0]-1)), nil
 }

@@ -2,10 +2,9 @@ package engine
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -31,14 +30,19 @@ func (l *Limiter) ReserveEach(ctx context.Context, key string, limits []Limit, c
 type Reservation struct {
 	l     *Limiter
 	res   Result
-	facts []int64 // per limit: its cost, and what the decision said: remaining, reset_after, next (µs), mark
+	facts []int64 // per limit: its cost, and what the decision said: reset_after (µs), mark, epoch
 	n     int     // the cost, when every limit's is the same (Reserve); else -1 (ReserveEach)
 	at    int64   // the decision's clock, µs: when the events were counted
-	id    string  // names the reservation's slots and sliding-log entries
+	id    string  // names the reservation's slots, sliding-log entries and meter epoch
 	keys  []string
 	infos []*limitInfo
 	holds bool // some limit holds slots, which a settlement frees whatever the cost
-	done  atomic.Bool
+	// giveBack marks a prefetch's fetch, whose settlement gives back what
+	// was not used, all or nothing (lua/meter.lua); unknown, a reservation
+	// whose decision failed and may have run: when it was made is unknown,
+	// and its release records no hold (lua/concurrency.lua).
+	giveBack, unknown bool
+	done              atomic.Bool
 	// one holds keys, infos and facts of a reservation of one limit, the
 	// common case, so that it costs no allocation of its own.
 	one struct {
@@ -56,24 +60,54 @@ func newReservation(l *Limiter, d *decision, at int64, results []Result) *Reserv
 	r.keys = append(r.keys, d.keys[:d.k]...)
 	r.infos = append(r.infos, d.infos[:d.k]...)
 	for i, res := range results {
-		r.facts = append(r.facts, int64(d.costs[i]), int64(res.Remaining), micros(res.ResetAfter), micros(res.NextAfter), d.marks[i])
+		r.facts = append(r.facts, int64(d.costs[i]), micros(res.ResetAfter), d.marks[i], d.epochs[i])
 	}
 	return r
 }
 
 // factsWidth is how many facts a Reservation keeps of each limit.
-const factsWidth = 5
+const factsWidth = 4
 
 // cost returns what the Reservation reserved of its i-th limit.
 func (r *Reservation) cost(i int) int { return int(r.facts[factsWidth*i]) }
 
-// appendLimit appends to c, a settlement of r, the arguments of its i-th
-// limit (lua/settle.lua): the difference of its true cost and the
-// reserved, the reserved, what the decision said of it, and its
-// algorithm's own.
-func (r *Reservation) appendLimit(c *call, i, cost int, now time.Time) {
-	f := r.facts[factsWidth*i:]
-	c.argv = r.infos[i].appendArgs(append(c.argv, int64(cost)-f[0], f[0], f[1], f[2], f[3], f[4]), now)
+// settleCall returns the settlement call of r's limits at indices at
+// (every limit when nil), the i-th at costs(i) (lua/settle.lua): after the
+// clock, the id, when the reservation was made and whether it is a
+// prefetch's give-back, per limit the difference of its true cost and the
+// reserved, the reserved, what the decision said of it, the longest debt
+// a charge may leave, and its algorithm's own arguments.
+func (r *Reservation) settleCall(at []int, costs func(int) int, now time.Time) *call {
+	infos, keys := r.infos, r.keys
+	if at != nil {
+		infos, keys = make([]*limitInfo, len(at)), make([]string, len(at))
+		for j, i := range at {
+			infos[j], keys[j] = r.infos[i], r.keys[i]
+		}
+	}
+	c := r.l.limitsCall(scriptOf(infos, true), keys, now, r.id)
+	giveBack := 0
+	if r.giveBack {
+		giveBack = 1
+	}
+	var made any = r.at
+	if r.unknown {
+		made = ""
+	}
+	c.argv = append(c.argv, made, giveBack)
+	for j := range infos {
+		i := j
+		if at != nil {
+			i = at[j]
+		}
+		f := r.facts[factsWidth*i:]
+		if infos[j].d.members { // a log's charge, at most its capacity; a release of slots
+			c.members += min(max(int(f[0]), costs(i)), infos[j].capacity)
+		}
+		c.argv = append(c.argv, int64(costs(i))-f[0], f[0], f[1], f[2], f[3], infos[j].debt)
+		c.argv = infos[j].appendArgs(c.argv, now)
+	}
+	return c
 }
 
 // Result returns the decision the Reservation was made with.
@@ -135,13 +169,7 @@ func (r *Reservation) settle(ctx context.Context, costs []int, cost int) error {
 		return nil
 	}
 	l := r.l
-	now := l.now()
-	c := l.limitsCall(scriptOf(r.infos, true), r.keys, now, r.id)
-	c.argv = append(c.argv, r.at)
-	for i := range r.infos {
-		r.appendLimit(c, i, costOf(i), now)
-	}
-	_, err := l.run(ctx, c)
+	_, err := l.run(ctx, r.settleCall(nil, costOf, l.now()))
 	if errors.Is(err, ErrUnavailable) { // not sent: it may be tried again
 		r.done.Store(false)
 	}
@@ -165,19 +193,14 @@ func (r *Reservation) Release(ctx context.Context) error {
 	return r.settle(ctx, nil, -1)
 }
 
-// idPrefix makes reservation ids unique across processes: random, drawn
-// once per process; a counter tells a process's apart.
-var (
-	idPrefix = func() string {
-		var b [6]byte
-		_, _ = rand.Read(b[:]) // crypto/rand does not fail on supported platforms
-		return hex.EncodeToString(b[:]) + "-"
-	}()
-	idCounter atomic.Uint64
-)
+// maxID bounds reservation ids: the scripts read them as numbers (a
+// meter's epoch, lua/meter.lua), exact below 2^53.
+const maxID = 1<<52 - 1
 
-// nextID returns a new reservation id: unique, short, no '{' or '}'.
+// nextID returns a new reservation id: a random number from 1 to maxID, in
+// decimal. Ids need to be unique among the reservations of one key that
+// may still settle, and epochs of one key apart: two ids drawn for one key
+// are equal with a chance of 1 in 2^52.
 func (l *Limiter) nextID() string {
-	var buf [32]byte
-	return string(strconv.AppendUint(append(buf[:0], idPrefix...), idCounter.Add(1), 36))
+	return strconv.FormatUint(1+rand.Uint64N(maxID), 10)
 }

@@ -58,6 +58,7 @@ type limitInfo struct {
 	args     []any         // the algorithm's name and ARGV, boxed
 	calendar *calendar     // the boundaries a calendar window sends after args; nil for others
 	lease    time.Duration // how long a slot of a limit that holds slots (Concurrency) lasts; 0 for others
+	debt     int64         // µs one charge may leave the state in debt (Limit.MaxDebt, or its Period)
 }
 
 // appendArgs appends to args the limit's algorithm name and ARGV, with a
@@ -196,7 +197,7 @@ func (c *limitCache) get(l Limit) (*limitInfo, error) {
 		state += ":" + l.Unit
 	}
 	info := &limitInfo{d: d, capacity: l.Capacity(), period: period,
-		state: state, args: make([]any, 1+n)}
+		state: state, args: make([]any, 1+n), debt: l.debt()}
 	if d.bounds {
 		var err error
 		if info.calendar, err = newCalendar(l); err != nil {

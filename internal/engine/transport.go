@@ -85,6 +85,10 @@ type call struct {
 	clock any
 	rid   string
 	argv  []any // the rest of ARGV: per limit its cost and its algorithm's own
+	// members bounds what the call may add to or take from sorted sets
+	// (log entries, slots): a batch script call carries at most maxMembers
+	// of them in all, so that no call holds Redis long.
+	members int
 
 	due   time.Time // when its caller stops waiting; zero: never
 	tries int       // times sent again while its slot's keys move (requeue)
@@ -148,7 +152,7 @@ func (c *call) recycle() {
 	clear(c.argv)
 	c.keys, c.argv = c.keys[:0], c.argv[:0]
 	c.script, c.clock, c.rid, c.reply, c.err = nil, nil, "", nil, nil
-	c.due, c.tries = time.Time{}, 0
+	c.due, c.tries, c.members = time.Time{}, 0, 0
 	c.state.Store(waiting)
 	calls.Put(c)
 }
@@ -280,14 +284,11 @@ func (tr *transport) plan(t *trip, calls []*call) {
 		slices.SortFunc(calls, func(a, b *call) int { return strings.Compare(a.tag(), b.tag()) })
 	}
 	for len(calls) > 0 {
-		n := 1
-		switch {
-		case mode == planOne:
-			n = len(calls)
-		case mode == planByTag:
-			for n < len(calls) && calls[n].tag() == calls[0].tag() {
-				n++
-			}
+		n, members := 1, calls[0].members
+		for n < len(calls) && (mode == planOne || mode == planByTag && calls[n].tag() == calls[0].tag()) &&
+			members+calls[n].members <= maxMembers {
+			members += calls[n].members
+			n++
 		}
 		if n == 1 {
 			t.units = append(t.units, t.single(calls[:1]))
