@@ -56,7 +56,7 @@ func BenchmarkWorstCall(b *testing.B) {
 			r, err := lim.Reserve(ctx, key(i), []core.Limit{l}, core.MaxSlots) // 10 000 entries at once
 			mustOK(b, err)
 			mustOK(b, r.Settle(ctx, 2*core.MaxSlots)) // and as many more, a debt
-			time.Sleep(1100 * time.Millisecond)     // all leave the window: the next call trims 20 000
+			time.Sleep(1100 * time.Millisecond)       // all leave the window: the next call trims 20 000
 			_, err = lim.AllowN(ctx, key(i), l, core.MaxSlots)
 			mustOK(b, err)
 		})
