@@ -11,7 +11,6 @@ import (
 
 // Settings the tests read.
 const (
-	MaxCount               = maxCount
 	MaxSlots               = maxSlots
 	MinPeriod              = minPeriod
 	DefaultBuckets         = defaultBuckets
