@@ -174,12 +174,13 @@ type verdict struct {
 // ShouldRateLimit decides a request of Envoy's rate limit filter: each
 // descriptor is looked up in the configuration and, when a limit applies,
 // charged hits_addend (the descriptor's, else the request's; 0 means 1)
-// under its own key, one decision each, sent together: hits above what
-// the limit holds are denied, and a debt rule's above 4294967295, the
-// most one settlement takes, are charged that most. The answer is
-// OVER_LIMIT when any descriptor not in shadow or quota mode is over its
-// limit, with a status per descriptor. Unless Options.ChargeDenied, the
-// descriptors that allowed a request denied overall are refunded.
+// under its own key, one decision each, sent together. Hits above what
+// the limit holds are denied, except by a debt rule, which charges them
+// (hits above 4294967295, the most one settlement takes, that most).
+// The answer is OVER_LIMIT when any descriptor not in shadow or quota
+// mode is over its limit, with a status per descriptor. Unless
+// Options.ChargeDenied, the descriptors that allowed a request denied
+// overall are refunded.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
