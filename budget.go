@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -41,7 +42,7 @@ type Budget struct {
 	// MaxCost caps what one request may reserve or be charged of the
 	// budget's unit: above it, MaxCost is charged and the excess logged
 	// at warn level, at most once a second per policy. 0, the default,
-	// means 1e9, the most a settlement takes.
+	// means 4294967295, the most a settlement takes.
 	MaxCost int
 	// TakeRest admits a request whose estimate exceeds what is left of
 	// the budget against what is left, when some is: the last tokens of a
@@ -213,8 +214,12 @@ func (u *Usage) Add(unit string, n int) {
 	if u.used == nil {
 		u.used = make(map[string]int, 1)
 	}
-	u.used[unit] = min(u.used[unit]+n, defaultMaxCost+1)
+	u.used[unit] += min(n, maxUsed-u.used[unit])
 }
+
+// maxUsed bounds what a Usage counts: one above the most a request is
+// charged, so that an excess is seen (and logged), never wrapped.
+const maxUsed = min(defaultMaxCost, math.MaxInt-1) + 1
 
 // Used returns the units of unit reported so far, and whether any Add
 // reported that unit.

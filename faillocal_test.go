@@ -23,13 +23,16 @@ import (
 // documented bound, the burst plus the rate over the outage plus one per
 // instance (docs/faults.md), not 4 times the burst. Without sharing
 // (an instance that never reached Redis) each admits the whole burst.
+// A request that costs more than an instance's share of the burst can
+// never pass there: it is told to retry after the limit's period, not
+// after InfDuration's 9223372036 seconds.
 func TestFailLocalShared(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Standalone(t)
 	limit := core.Limit{Rate: 40, Period: time.Minute}
 	const instances = 4
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var policies []redlimit.Policy
+	var policies, costly []redlimit.Policy
 	for range instances {
 		// A refused connection fails at once: each request is decided
 		// locally without waiting.
@@ -37,6 +40,7 @@ func TestFailLocalShared(t *testing.T) {
 		t.Cleanup(func() { rdb.Close() })
 		lim := core.New(rdb, core.WithTimeout(time.Second), core.WithLogger(quiet))
 		policies = append(policies, mustPolicy(t, lim, limit, redlimit.WithFailure(redlimit.FailLocal), redlimit.WithName("shared")))
+		costly = append(costly, mustPolicy(t, lim, limit, redlimit.WithFailure(redlimit.FailLocal), redlimit.WithName("costly"), redlimit.WithCost(20)))
 	}
 	// Two rounds of requests a second and more apart: the first heartbeats
 	// see only the instances before them, the second ones all four.
@@ -74,6 +78,11 @@ func TestFailLocalShared(t *testing.T) {
 	if admitted < limit.Capacity()-instances {
 		t.Fatalf("%d instances admitted %d over an outage of %v; each should have admitted its quarter of the burst %d",
 			instances, admitted, outage.Round(time.Millisecond), limit.Capacity())
+	}
+	// 20 is above an instance's share of the burst, 40/4.
+	d, w := decide(costly[0], "192.0.2.9:1")
+	if d.Outcome != redlimit.OutcomeLocal || d.Allowed() || d.Result.RetryAfter != core.InfDuration || w.Header().Get("Retry-After") != "60" {
+		t.Errorf("a cost above the share: %+v, Retry-After %q; want denied locally, RetryAfter InfDuration, Retry-After 60 (the period)", d, w.Header().Get("Retry-After"))
 	}
 	t.Logf("%d instances admitted %d of one client's requests over an outage of %v (bound %d; unshared, %d)",
 		instances, admitted, outage.Round(time.Millisecond), bound, instances*limit.Capacity())

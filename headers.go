@@ -14,6 +14,7 @@ import (
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/internal/engine"
+	"github.com/redlimit/redlimit/internal/retryafter"
 )
 
 // The rate-limit fields of a verdict: their values, worked out here once,
@@ -174,7 +175,7 @@ func (a *answerer) headers(h map[string][]string, n *fieldNames, d *Decision, qu
 	}
 	if (a.profile == HeadersXRateLimit || a.profile == HeadersBoth) && (denied || !moreRestrictive(h, n, d.Result.Remaining)) {
 		b := d.binding
-		reset := seconds(each[b].ResetAfter)
+		reset := retryafter.Seconds(each[b].ResetAfter)
 		if a.resetUnix {
 			reset = time.Now().Add(each[b].ResetAfter + time.Second - 1).Unix()
 		}
@@ -198,7 +199,7 @@ func (a *answerer) headers(h map[string][]string, n *fieldNames, d *Decision, qu
 			rl.WriteString(q.member)
 			rl.WriteString(";r=")
 			rl.WriteString(strconv.Itoa(max(0, r.Remaining)))
-			if t := seconds(r.NextAfter); t > 0 && (!denied || t <= d.retryAfter) {
+			if t := retryafter.Seconds(r.NextAfter); t > 0 && (!denied || t <= d.retryAfter) {
 				rl.WriteString(";t=")
 				rl.WriteString(strconv.FormatInt(t, 10))
 			}
@@ -230,13 +231,16 @@ func moreRestrictive(h map[string][]string, n *fieldNames, remaining int) bool {
 	return err == nil && v <= remaining
 }
 
-// retryAfter is the Retry-After of a denial that must wait d: whole
-// seconds, rounded up, at least 1, plus the jitter, which only adds.
-func (a *answerer) retryAfter(d time.Duration) int64 {
+// retryAfter is the Retry-After of the denial res: its wait
+// (retryafter.Wait: a request that can never pass waits the limit's
+// period) plus the jitter, which only adds, in whole seconds, rounded up,
+// at least 1.
+func (a *answerer) retryAfter(res core.Result) int64 {
+	d := retryafter.Wait(res)
 	if a.jitter > 0 && d < core.InfDuration-a.jitter {
 		d += rand.N(a.jitter)
 	}
-	return max(1, seconds(d))
+	return retryafter.Delay(d)
 }
 
 // partitionKey is the draft's pk parameter for key: ";pk=:<base64>:".
@@ -248,15 +252,4 @@ func (a *answerer) partitionKey(key string) string {
 		return ""
 	}
 	return ";pk=" + pk
-}
-
-// seconds rounds d up to whole seconds.
-func seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	if d > core.InfDuration-time.Second {
-		return int64(core.InfDuration / time.Second)
-	}
-	return int64((d + time.Second - 1) / time.Second)
 }

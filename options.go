@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/engine"
 	"github.com/redlimit/redlimit/internal/policyconf"
 	"github.com/redlimit/redlimit/keyfunc"
 )
@@ -244,7 +245,7 @@ func WithDenyHandler(deny func(w http.ResponseWriter, r *http.Request, d Decisio
 // debt. Without it the cost stands. It costs one more round trip per
 // request, and none when cost returns WithCost's n for a policy without
 // Concurrency limits. A handler that panics is settled at WithCost's n.
-// A cost above WithMaxCost's n (by default 1e9) is charged
+// A cost above WithMaxCost's n (by default 4294967295) is charged
 // that n; a negative cost is logged as an invalid response cost and the
 // reserved one stands; either way the request's slots are freed. cost
 // must be safe for concurrent use. docs/lifecycle.md shows the patterns.
@@ -261,15 +262,16 @@ func WithResponseCost(cost func(r *http.Request, status int, header http.Header)
 }
 
 // defaultMaxCost is WithMaxCost's default: the largest cost a settlement
-// takes (core.Reservation.Settle refuses more).
-const defaultMaxCost = 1_000_000_000
+// takes (core.Reservation.Settle refuses more), 4294967295 (int's largest
+// where int is 32 bits).
+const defaultMaxCost = engine.MaxCount
 
 // WithMaxCost caps what one request may be charged after its handler: a
 // cost WithResponseCost returns above n (bytes served, tokens used) is
 // charged n, and logged at warn level, at most once a second per policy.
-// The default, and what 0 means, is 1e9, the largest cost a settlement
-// (core.Reservation.Settle) takes. n must be between WithCost's n and
-// 1e9, or the policy is refused. Without WithResponseCost it changes
+// The default, and what 0 means, is 4294967295, the largest cost a
+// settlement (core.Reservation.Settle) takes. n must be between WithCost's
+// n and 4294967295, or the policy is refused. Without WithResponseCost it changes
 // nothing.
 func WithMaxCost(n int) Option {
 	return func(c *options) { c.Rest.maxCost = n }

@@ -358,7 +358,7 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 		d.Outcome = OutcomeDenied
 	}
 	d.Status = http.StatusTooManyRequests
-	d.retryAfter = p.answer.retryAfter(d.Result.RetryAfter)
+	d.retryAfter = p.answer.retryAfter(d.Result)
 	if p.answer.problem {
 		d.violated = violated(quotas, ask.Each)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -114,8 +115,8 @@ func TestNewPolicyErrors(t *testing.T) {
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithHeaders(9)}, "unknown header profile"},
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithKey(nil)}, "WithKey(nil)"},
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithName(strings.Repeat("n", 300))}, "longer than 256"},
-		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithMaxCost(-1)}, "WithMaxCost(-1): want 0 (the default, 1000000000) to 1000000000"},
-		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithMaxCost(1_000_000_001)}, "WithMaxCost(1000000001)"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithMaxCost(-1)}, "WithMaxCost(-1): want 0 (the default, 4294967295) to 4294967295"},
+		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithMaxCost(1 << 32)}, "WithMaxCost(4294967296)"},
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithCost(3), redlimit.WithMaxCost(2)}, "WithMaxCost(2) is below the cost of a request, 3"},
 	} {
 		_, err := redlimit.NewPolicy(tt.lim, tt.limit, tt.opts...)
@@ -435,13 +436,14 @@ func TestObserversCompose(t *testing.T) {
 	}
 }
 
-// TestDefaultMaxCost: WithMaxCost's default, 1e9, is the largest cost a
-// settlement takes, so a request charged it is settled, never refused.
+// TestDefaultMaxCost: WithMaxCost's default, 4294967295, is the largest
+// cost a settlement takes, so a request charged it is settled, never
+// refused; WithMaxCost and Budget.MaxCost take it, and not one more.
 func TestDefaultMaxCost(t *testing.T) {
 	t.Parallel()
 	lim, _ := embedded(t)
 	ctx := context.Background()
-	for cost, ok := range map[int]bool{1_000_000_000: true, 1_000_000_001: false} {
+	for cost, ok := range map[int]bool{1<<32 - 1: true, 1 << 32: false} {
 		res, err := lim.Reserve(ctx, fmt.Sprint("max-cost-", cost), []core.Limit{core.PerHour(10)}, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -449,6 +451,26 @@ func TestDefaultMaxCost(t *testing.T) {
 		if err := res.Settle(ctx, cost); (err == nil) != ok || !ok && !errors.Is(err, core.ErrInvalidCost) {
 			t.Errorf("Settle(%d): %v; want it settled: %v", cost, err, ok)
 		}
+	}
+	tokens := []core.Limit{{Rate: 100, Period: time.Hour, Unit: "tokens"}}
+	for n, ok := range map[int]bool{1<<32 - 1: true, 1 << 32: false} {
+		_, err := redlimit.NewPolicy(lim, core.PerSecond(5), redlimit.WithMaxCost(n))
+		if (err == nil) != ok {
+			t.Errorf("WithMaxCost(%d): %v; want it taken: %v", n, err, ok)
+		}
+		_, err = redlimit.NewPolicy(lim, core.PerSecond(5), redlimit.WithBudget(redlimit.Budget{Limits: tokens, MaxCost: n}))
+		if (err == nil) != ok {
+			t.Errorf("Budget.MaxCost %d: %v; want it taken: %v", n, err, ok)
+		}
+	}
+	// Usage counts up to one above the most a request is charged, so that
+	// its excess is logged, and never wraps.
+	var u redlimit.Usage
+	u.Add("tokens", 1)
+	u.Add("tokens", math.MaxInt)
+	u.Add("tokens", math.MaxInt)
+	if n, _ := u.Used("tokens"); n != 1<<32 {
+		t.Errorf("Used after adding past the maximum: %d, want %d", n, 1<<32)
 	}
 }
 

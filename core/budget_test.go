@@ -50,7 +50,7 @@ func TestReserveEach(t *testing.T) {
 	}
 
 	// Refused, and the reservation stays open.
-	for _, bad := range [][]int{{1}, {1, 2, 3}, {1, -1}, {0, core.MaxCount + 1}} {
+	for _, bad := range [][]int{{1}, {1, 2, 3}, {1, -1}, {0, aboveMaxCount}} {
 		if err := a.SettleEach(ctx, bad); !errors.Is(err, core.ErrInvalidCost) {
 			t.Fatalf("SettleEach(%v): %v, want ErrInvalidCost", bad, err)
 		}

@@ -369,7 +369,7 @@ func testConcRelease(t *testing.T, w *world) {
 
 	// An invalid cost is an error and settles nothing; the Reservation can
 	// still be released.
-	for _, cost := range []int{-1, core.MaxCount + 1} {
+	for _, cost := range []int{-1, aboveMaxCount} {
 		if err := d.Settle(ctx, cost); !errors.Is(err, core.ErrInvalidCost) {
 			t.Fatalf("Settle(%d): %v, want ErrInvalidCost", cost, err)
 		}

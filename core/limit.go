@@ -56,14 +56,18 @@ const (
 type Limit struct {
 	// Algorithm decides how events are counted; "" means GCRA.
 	Algorithm Algorithm
-	// Rate is the number of events allowed per Period: 1 to 1e9.
+	// Rate is the number of events allowed per Period: 1 to 4294967295
+	// (a uint32's range; on 32-bit platforms, int's). Validate refuses a
+	// limit whose state its script cannot count exactly (Lua's numbers are
+	// doubles), saying why: a bucket of a huge rate over a long period.
 	Rate int
 	// Period is the time Rate events are spread over: at least a
 	// millisecond, in whole microseconds.
 	Period time.Duration
 	// Burst is how many events may pass at once (the bucket capacity of
-	// GCRA, TokenBucket and LeakyBucket); 0 means Rate. Window algorithms
-	// allow Rate per window: Burst must be 0 or equal to Rate for them.
+	// GCRA, TokenBucket and LeakyBucket); 0 means Rate; at most Rate's
+	// maximum. Window algorithms allow Rate per window: Burst must be 0 or
+	// equal to Rate for them.
 	Burst int
 
 	// Buckets is the number of sub-buckets per Period of a SlidingWindow:
@@ -121,8 +125,8 @@ type Limit struct {
 	// Period, so that one request, however large its cost, never locks a
 	// key for longer than about one Period; at most about 35 years (2^50
 	// µs). Only GCRA, TokenBucket and LeakyBucket read it: a window's debt
-	// ends with its window (a SlidingWindow's fills one sub-bucket to at
-	// most twice Rate, a SlidingLog's adds at most Rate entries). It is not part of
+	// ends with its window (a SlidingWindow holds at most three times Rate
+	// in debt, a SlidingLog's adds at most Rate entries). It is not part of
 	// the state's key.
 	MaxDebt time.Duration
 }

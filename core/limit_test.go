@@ -31,7 +31,7 @@ func TestParseLimit(t *testing.T) {
 		{"20/s burst=40 gcra", core.Limit{Algorithm: core.GCRA, Rate: 20, Period: time.Second, Burst: 40}},
 		{"60/m fixed_window", core.Limit{Algorithm: core.FixedWindow, Rate: 60, Period: time.Minute}},
 		{"60/m fixed_window burst=60", core.Limit{Algorithm: core.FixedWindow, Rate: 60, Period: time.Minute, Burst: 60}},
-		{"1000000000/h", core.Limit{Rate: core.MaxCount, Period: time.Hour}},
+		{"1000000000/h", core.Limit{Rate: 1_000_000_000, Period: time.Hour}},
 		{"100/m sliding_window", core.Limit{Algorithm: core.SlidingWindow, Rate: 100, Period: time.Minute}},
 		{"100/m sliding_window buckets=6", core.Limit{Algorithm: core.SlidingWindow, Rate: 100, Period: time.Minute, Buckets: 6}},
 		{"100/m sliding_log", core.Limit{Algorithm: core.SlidingLog, Rate: 100, Period: time.Minute}},
@@ -69,7 +69,7 @@ func TestParseLimitErrors(t *testing.T) {
 		{"1.5/s", "must be a positive integer"},
 		{"abc/s", "must be a positive integer"},
 		{"/s", "must be a positive integer"},
-		{"1000000001/s", "above the maximum"},
+		{"4294967296/s", "above the maximum"},
 		{"99999999999999999999999/s", "above the maximum"},
 		{"5/", "period is missing"},
 		{"5/10", "not a duration with a unit"},
@@ -92,7 +92,7 @@ func TestParseLimitErrors(t *testing.T) {
 		{"5/s burst=2 burst=3", "burst given twice"},
 		{"5/s gcra token_bucket", "algorithm given twice"},
 		{"5/s fixed_window burst=6", "burst 6 must be 0 or equal to rate 5"},
-		{"999999937/24h token_bucket", "too large to count exactly"}, // prime rate: no common factor
+		{"999999937/24h token_bucket", "cannot be counted exactly"}, // prime rate: no common factor
 		{"5/s buckets=4", "buckets is a sliding_window setting, not gcra"},
 		{"5/s sliding_window buckets=0", "buckets must be positive"},
 		{"5/s sliding_window buckets=101", "buckets 101 must be between 1 and 100"},
@@ -190,7 +190,7 @@ func TestValidate(t *testing.T) {
 		{Rate: 1, Period: core.MinPeriod},
 		{Algorithm: core.TokenBucket, Rate: 3, Period: time.Second, Burst: 1},
 		{Algorithm: core.FixedWindow, Rate: 3, Period: time.Second, Burst: 3},
-		{Algorithm: core.TokenBucket, Rate: core.MaxCount, Period: time.Hour, Burst: core.MaxCount}, // gcd keeps it exact
+		{Algorithm: core.TokenBucket, Rate: core.MaxCount, Period: time.Second, Burst: core.MaxCount}, // gcd keeps it exact
 	}
 	for _, l := range valid {
 		if err := l.Validate(); err != nil {
@@ -205,11 +205,10 @@ func TestValidate(t *testing.T) {
 		{core.Limit{Rate: 1}, "period 0s must be at least 1ms"},
 		{core.Limit{Rate: 1, Period: time.Second + time.Nanosecond}, "whole microseconds"},
 		{core.Limit{Rate: 1, Period: time.Second, Burst: -2}, "burst -2 must not be negative"},
-		{core.Limit{Rate: core.MaxCount + 1, Period: time.Second}, "above the maximum"},
-		{core.Limit{Rate: 1, Period: time.Second, Burst: core.MaxCount + 1}, "above the maximum"},
+		// Rate and Burst above the maximum: TestMaxCountValidate.
 		{core.Limit{Algorithm: "leaky", Rate: 1, Period: time.Second}, `unknown algorithm "leaky"`},
 		{core.Limit{Algorithm: core.FixedWindow, Rate: 5, Period: time.Second, Burst: 10}, "must be 0 or equal to rate"},
-		{core.Limit{Rate: 1, Period: 1000 * 24 * time.Hour, Burst: core.MaxCount}, "too large"},
+		{core.Limit{Rate: 1, Period: 1000 * 24 * time.Hour, Burst: core.MaxCount}, "cannot be counted exactly"},
 		{core.Limit{Algorithm: core.Concurrency, Rate: core.MaxSlots + 1, Period: time.Minute}, "at most 10000 slots"},
 		{core.Limit{Algorithm: core.SlidingLog, Rate: core.MaxSlots + 1, Period: time.Hour}, "at most 10000, not 10001 (for more, use sliding_window or gcra)"},
 		{core.Limit{Rate: 10, Period: time.Second, MaxDebt: -time.Second}, "max_debt -1s must be whole microseconds"},

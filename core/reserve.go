@@ -67,15 +67,16 @@ func (r *Reservation) Result() Result { return result(r.e().Result()) }
 // Stats counts failed settlements and retried releases. None is made
 // when there is nothing to settle (cost n, no slots). A second Settle or
 // Release returns an error wrapping ErrSettled; on a denied Reservation
-// they do nothing and return nil. A negative cost, or one above 1e9, is an
-// error wrapping ErrInvalidCost and settles nothing. It is bounded like a
-// decision, by the Limiter's timeout and ctx.
+// they do nothing and return nil. A negative cost, or one above
+// 4294967295 (Limit.Rate's maximum), is an error wrapping ErrInvalidCost
+// and settles nothing. It is bounded like a decision, by the Limiter's
+// timeout and ctx.
 func (r *Reservation) Settle(ctx context.Context, cost int) error { return r.e().Settle(ctx, cost) }
 
 // SettleEach settles each limit at its own final cost, costs[i] for
 // limits[i], with Settle's rules: a refund or a charge per limit, and only
 // the limits whose cost changed move; one round trip, at most once. A
-// call with the wrong number of costs, or a cost below 0 or above 1e9, is
+// call with the wrong number of costs, or a cost below 0 or above 4294967295, is
 // an error wrapping ErrInvalidCost and changes nothing: the Reservation
 // stays open. ErrSettled after the first settlement; nil, doing nothing,
 // on a denied Reservation.

@@ -65,6 +65,20 @@ func TestRejected(t *testing.T) {
 	}
 }
 
+// TestLargeRequestsPerUnit: requests_per_unit takes a uint32's whole
+// range, as the reference's field is one, in every unit.
+func TestLargeRequestsPerUnit(t *testing.T) {
+	t.Parallel()
+	for _, rpu := range []string{"1000000001", "2000000000", "4294967295"} {
+		for _, unit := range []string{"second", "minute", "hour", "day", "week", "month", "year"} {
+			data := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: " + unit + ", requests_per_unit: " + rpu + "}\n"
+			if _, err := ParseConfig([]File{{Name: "x.yaml", Data: []byte(data)}}, ConfigOptions{}); err != nil {
+				t.Errorf("%s a %s: %v", rpu, unit, err)
+			}
+		}
+	}
+}
+
 // TestMergeDomains: two files of one domain are refused unless merging is
 // on; merged, each file's descriptors apply, and a descriptor given in
 // both is refused.
@@ -102,6 +116,8 @@ func TestExtensionsRejected(t *testing.T) {
 		"{unlimited: true, algorithm: gcra}":                                          "unlimited with algorithm",
 		"{unit: minute}":                                                              "without requests_per_unit",
 		"{unit: minute, requests_per_unit: -1}":                                       "not a uint32",
+		"{unit: minute, requests_per_unit: 4294967296}":                               "not a uint32",
+		"{unit: hour, requests_per_unit: 4294967295, algorithm: gcra}":                "cannot be counted exactly",
 		"{unit: minute, requests_per_unit: 5, algorithm: sliding_window, buckets: 7}": "buckets",
 	} {
 		data := "domain: d\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: " + block + "\n"

@@ -9,7 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"github.com/redlimit/redlimit"
-	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/retryafter"
 )
 
 // The fields written here follow what redlimit's HTTP layer writes
@@ -22,7 +22,9 @@ import (
 // -Remaining and -Reset (seconds until its allowance is full), the
 // draft's RateLimit-Policy and RateLimit with a member per limited
 // descriptor, and when the answer is OVER_LIMIT Retry-After (seconds,
-// rounded up, at least 1).
+// rounded up, at least 1; the limit's period for a request that can
+// never pass). Every time is turned into seconds as the HTTP layer's
+// (internal/retryafter).
 func (s *Server) headers(vs []verdict, binding int, denied bool) []*corev3.HeaderValue {
 	if s.opts.Headers == redlimit.HeadersNone {
 		return nil
@@ -31,14 +33,14 @@ func (s *Server) headers(vs []verdict, binding int, denied bool) []*corev3.Heade
 	var out []*corev3.HeaderValue
 	var retryAfter int64
 	if denied {
-		retryAfter = max(1, seconds(b.res.RetryAfter))
+		retryAfter = retryafter.Delay(retryafter.Wait(b.res))
 		out = append(out, headerValue("retry-after", strconv.FormatInt(retryAfter, 10)))
 	}
 	if s.opts.Headers == redlimit.HeadersXRateLimit || s.opts.Headers == redlimit.HeadersBoth {
 		out = append(out,
 			headerValue(s.names.Limit, strconv.Itoa(capacity(b))),
 			headerValue(s.names.Remaining, strconv.Itoa(max(0, b.res.Remaining))),
-			headerValue(s.names.Reset, strconv.FormatInt(seconds(b.res.ResetAfter), 10)))
+			headerValue(s.names.Reset, strconv.FormatInt(retryafter.Seconds(b.res.ResetAfter), 10)))
 	}
 	if s.opts.Headers == redlimit.HeadersDraft || s.opts.Headers == redlimit.HeadersBoth {
 		var pol, rl []string
@@ -54,7 +56,7 @@ func (s *Server) headers(vs []verdict, binding int, denied bool) []*corev3.Heade
 			pol = append(pol, policyItem(name, v))
 			item := httpsfv.NewItem(printable(name))
 			item.Params.Add("r", int64(max(0, v.res.Remaining)))
-			if t := seconds(v.res.NextAfter); t > 0 && (!denied || t <= retryAfter) {
+			if t := retryafter.Seconds(v.res.NextAfter); t > 0 && (!denied || t <= retryAfter) {
 				item.Params.Add("t", t)
 			}
 			rl = append(rl, marshal(item))
@@ -114,17 +116,6 @@ func printable(s string) string {
 		}
 	}
 	return s
-}
-
-// seconds rounds d up to whole seconds.
-func seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	if d > core.InfDuration-time.Second {
-		return int64(core.InfDuration / time.Second)
-	}
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 // validHeaderName reports whether s is an HTTP field name (a token).

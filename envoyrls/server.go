@@ -21,6 +21,7 @@ import (
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/engine"
 )
 
 // Options configure a Server. The zero value is the default: fail open,
@@ -151,8 +152,9 @@ func (s *Server) SetConfig(c *Config) {
 }
 
 // maxHits is the most one descriptor of a request may be charged: the
-// engine's largest cost.
-const maxHits = 1_000_000_000
+// engine's largest cost, 4294967295 (a uint32's range, as the request's
+// hits_addend; a descriptor's is a uint64).
+const maxHits = engine.MaxCount
 
 // verdict is one descriptor's part of an answer.
 type verdict struct {
@@ -160,7 +162,8 @@ type verdict struct {
 	limit   core.Limit // the limit decided, the rule's or the request's override
 	rate    int
 	unit    timeUnit
-	hits    int
+	hits    int  // hits_addend, at most maxHits
+	over    bool // hits_addend was above maxHits
 	res     core.Result
 	err     error
 	res0    *core.Reservation // to refund, when the request is denied overall
@@ -171,10 +174,13 @@ type verdict struct {
 // ShouldRateLimit decides a request of Envoy's rate limit filter: each
 // descriptor is looked up in the configuration and, when a limit applies,
 // charged hits_addend (the descriptor's, else the request's; 0 means 1)
-// under its own key, one decision each, sent together. The answer is
-// OVER_LIMIT when any descriptor not in shadow or quota mode is over its
-// limit, with a status per descriptor. Unless Options.ChargeDenied, the
-// descriptors that allowed a request denied overall are refunded.
+// under its own key, one decision each, sent together. Hits above what
+// the limit holds are denied, except by a debt rule, which charges them
+// (hits above 4294967295, the most one settlement takes, that most).
+// The answer is OVER_LIMIT when any descriptor not in shadow or quota
+// mode is over its limit, with a status per descriptor. Unless
+// Options.ChargeDenied, the descriptors that allowed a request denied
+// overall are refunded.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
@@ -208,7 +214,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		} else if hits == 0 {
 			hits = 1
 		}
-		v.hits = int(min(hits, maxHits+1))
+		v.hits, v.over = int(min(hits, maxHits)), hits > maxHits
 	}
 	var decide []int // the verdicts that go to Redis
 	limited := 0
@@ -227,7 +233,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		case v.rate == 0: // requests_per_unit 0 denies every request
 			p := v.limit.Period
 			v.res = core.Result{Limit: v.limit, RetryAfter: p, ResetAfter: p, NextAfter: p}
-		case v.hits > maxHits:
+		case v.over && !r.debt: // more than any limit holds: never allowed
 			v.res = core.Result{Limit: v.limit, RetryAfter: core.InfDuration}
 		default:
 			decide = append(decide, i)
@@ -337,7 +343,7 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, vs []v
 			continue
 		}
 		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: v.m.rule.name, RequestsPerUnit: uint32(v.rate), Unit: responseUnits[v.unit]}
-		st.LimitRemaining = uint32(min(max(v.res.Remaining, 0), math.MaxUint32))
+		st.LimitRemaining = uint32(min(uint64(max(v.res.Remaining, 0)), math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(v.res.ResetAfter)
 		if v.res.Allowed {
 			s.observe(v, redlimit.OutcomeAllowed)
@@ -399,7 +405,7 @@ func (s *Server) refund(ctx context.Context, vs []verdict, statuses []*rlsv3.Rat
 		if r := vs[i].res0; r != nil && vs[i].res.Allowed {
 			// The answer reports what is left once the refund is made.
 			vs[i].res.Remaining = min(vs[i].res.Remaining+vs[i].hits, capacity(&vs[i]))
-			statuses[i].LimitRemaining = uint32(min(vs[i].res.Remaining, math.MaxUint32))
+			statuses[i].LimitRemaining = uint32(min(uint64(max(vs[i].res.Remaining, 0)), math.MaxUint32))
 			wg.Go(func() {
 				if err := r.Settle(ctx, 0); err != nil {
 					s.logError(fmt.Errorf("refund of %s: %w", vs[i].m.metric, err))

@@ -260,6 +260,91 @@ descriptors:
 	want(t, "0 means 1", got(req(0, desc("tenant", "b"))), "OK 999")
 }
 
+// TestLargeHits: requests_per_unit takes a uint32's whole range, and
+// hits_addend up to it is charged exactly; a debt rule charges hits above
+// the most one settlement takes that most, never nothing (issue 32); a
+// request that can never pass is told to retry after the limit's period,
+// not after InfDuration's 9223372036 seconds.
+func TestLargeHits(t *testing.T) {
+	t.Parallel()
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		largeHits(t, redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}))
+	})
+	t.Run("redis-server", func(t *testing.T) {
+		t.Parallel()
+		largeHits(t, redistest.Standalone(t).Client(t))
+	})
+}
+
+func largeHits(t *testing.T, rdb redis.Scripter) {
+	clk := newClock()
+	c := serve(t, yamlServer(t, clk.limiter(rdb), `
+domain: big
+descriptors:
+  - key: u32
+    rate_limit: {unit: hour, requests_per_unit: 4294967295}
+  - key: second
+    rate_limit: {unit: second, requests_per_unit: 4294967295, algorithm: gcra}
+  - key: ref
+    value: a
+    rate_limit: {unit: minute, requests_per_unit: 1000000001}
+  - key: ref
+    value: b
+    rate_limit: {unit: day, requests_per_unit: 2000000000}
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 100000, debt: true}
+  - key: bigdebt
+    rate_limit: {unit: hour, requests_per_unit: 4294967295, debt: true}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+`, envoyrls.Options{}))
+	hits := func(key, value string, n uint64) *rlsv3.RateLimitResponse {
+		d := desc(key, value)
+		d.HitsAddend = wrapperspb.UInt64(n)
+		return ask(t, c, "big", d)
+	}
+	got := func(r *rlsv3.RateLimitResponse) string {
+		s := fmt.Sprint(r.GetOverallCode(), " ", r.GetStatuses()[0].GetLimitRemaining())
+		for _, h := range r.GetResponseHeadersToAdd() {
+			if h.GetKey() == "retry-after" {
+				s += " retry-after " + h.GetValue()
+			}
+		}
+		return s
+	}
+
+	want(t, "4294967295 an hour, 2e9 hits", got(hits("u32", "x", 2_000_000_000)), "OK 2294967295")
+	want(t, "the rest", got(hits("u32", "x", 2_294_967_295)), "OK 0")
+	want(t, "one more", got(hits("u32", "x", 1)), "OVER_LIMIT 0 retry-after 3600")
+	want(t, "4294967295 a second, GCRA", got(hits("second", "x", 4_294_967_295)), "OK 0")
+	want(t, "1000000001 a minute", got(hits("ref", "a", 1_000_000_001)), "OK 0")
+	want(t, "2000000000 a day", got(hits("ref", "b", 1)), "OK 1999999999")
+
+	// A debt rule charges hits in full up to the most a settlement takes,
+	// and that most above it: the key is in debt, the request itself is
+	// admitted.
+	want(t, "debt of 2e9", got(hits("tokens", "a", 2_000_000_000)), "OK 0")
+	want(t, "in debt", got(hits("tokens", "a", 1)), "OVER_LIMIT 0 retry-after 60")
+	want(t, "debt of 5e9", got(hits("tokens", "b", 5_000_000_000)), "OK 0")
+	want(t, "in debt after 5e9", got(hits("tokens", "b", 1)), "OVER_LIMIT 0 retry-after 60")
+	// Where the limit takes the most, the charge shows exactly.
+	want(t, "2e9 of 4294967295", got(hits("bigdebt", "a", 2_000_000_000)), "OK 2294967295")
+	want(t, "5e9 charged 4294967295", got(hits("bigdebt", "b", 5_000_000_000)), "OK 0")
+	want(t, "then a read", got(hits("bigdebt", "b", 0)), "OK 0")
+	want(t, "then one", got(hits("bigdebt", "b", 1)), "OVER_LIMIT 0 retry-after 3600")
+
+	// A request that can never pass waits the limit's period, whether its
+	// hits are above what the limit holds or above what a settlement takes.
+	want(t, "2e9 of 1000 a minute", got(hits("plain", "a", 2_000_000_000)), "OVER_LIMIT 1000 retry-after 60")
+	want(t, "5e9 of 1000 a minute", got(hits("plain", "a", 5_000_000_000)), "OVER_LIMIT 0 retry-after 60")
+	want(t, "nothing was charged", got(hits("plain", "a", 1000)), "OK 0")
+	r := hits("plain", "b", 1<<40)
+	if d := r.GetStatuses()[0].GetDurationUntilReset().AsDuration(); d < 0 || d > time.Minute {
+		t.Errorf("2^40 hits: duration_until_reset %v, want at most the period", d)
+	}
+}
+
 // TestRefund: a request that one descriptor denies is charged to none of
 // the others, unless ChargeDenied, the reference server's way.
 func TestRefund(t *testing.T) {

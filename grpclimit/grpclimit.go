@@ -103,6 +103,7 @@ import (
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/internal/policyconf"
+	"github.com/redlimit/redlimit/internal/retryafter"
 	"github.com/redlimit/redlimit/keyfunc"
 )
 
@@ -433,10 +434,11 @@ func refusal(ctx context.Context, d redlimit.Decision, md metadata.MD) error {
 	return st.Err()
 }
 
-// retryDelay is a denial's RetryInfo: the exact wait, rounded up to the
+// retryDelay is a denial's RetryInfo: the exact wait (retryafter.Wait: a
+// call that can never pass waits the limit's period), rounded up to the
 // millisecond, or the Retry-After sent if jitter made it longer.
 func retryDelay(d redlimit.Decision, md metadata.MD) time.Duration {
-	wait := d.Result.RetryAfter
+	wait := retryafter.Wait(d.Result)
 	if wait > core.InfDuration-time.Second {
 		return wait
 	}

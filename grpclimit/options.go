@@ -150,7 +150,8 @@ type Budget struct {
 	// call reserved. A server stream's handler adds as it sends, so a
 	// client that leaves mid-stream is charged what was sent.
 	Cost func(ctx context.Context, fullMethod string, reply any, err error) int
-	// MaxCost caps one call's reservation and charge; 0 means 1e9.
+	// MaxCost caps one call's reservation and charge; 0 means
+	// 4294967295, the most a settlement takes.
 	MaxCost int
 	// TakeRest admits a call whose estimate exceeds what is left against
 	// what is left, when some is (redlimit.Budget.TakeRest).

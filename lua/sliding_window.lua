@@ -8,8 +8,8 @@
 --         the hash was made or the clock went back (a sub-bucket ahead of
 --         now's; 0 until one), which a refund must name. Fields that have
 --         left the window are deleted on every write, so the hash holds at
---         most k + 2 fields. A charge past the allowance is a debt, of at
---         most twice the allowance in one sub-bucket (settle).
+--         most k + 2 fields. A charge past the allowance is a debt: the
+--         window holds at most three allowances in all (settle).
 -- ARGV    period in microseconds; burst: the allowance per window
 --         (= rate); k, which divides the period evenly
 -- Reply   allowed, remaining, retry_after, reset_after, 0, next, 0, epoch
@@ -92,14 +92,21 @@ end}
 --- settle ---
 -- settle takes refunded events out of the sub-bucket they were counted
 -- in, while it is in the window and the epoch theirs, and counts charged
--- ones in now's, which holds at most twice the allowance (2 * burst).
+-- ones in now's, as far as the window then holds at most three times the
+-- allowance (3 * burst): a debt is bounded, and every weighted count exact.
 algorithms.sliding_window.settle = function(key, delta, at, reset, mark, epoch)
-  local size, burst = tonumber(ARGV[at]) / tonumber(ARGV[at + 2]), tonumber(ARGV[at + 1])
+  local period, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+  local size = period / tonumber(ARGV[at + 2])
   if delta > 0 then
-    local cur = string.format('%d', math.floor(now / size) * size)
-    local have = tonumber(redis.call('HGET', key, cur)) or 0
-    redis.call('HSET', key, cur, math.max(have, math.min(2 * burst, have + delta)))
-    return expire(key, math.floor(now / size) * size + size + tonumber(ARGV[at]) - now)
+    local cur, held = math.floor(now / size) * size, 0
+    local fields = redis.call('HGETALL', key)
+    for j = 1, #fields, 2 do -- what the window holds (e is not a count)
+      local start = tonumber(fields[j])
+      if start and start > cur - period then held = held + tonumber(fields[j + 1]) end
+    end
+    delta = math.min(delta, 3 * burst - held)
+    if delta > 0 then redis.call('HINCRBY', key, string.format('%d', cur), delta) end
+    return expire(key, cur + size + period - now)
   end
   local e = tonumber(redis.call('HGET', key, 'e')) or 0
   if e == 0 or e ~= epoch or reserved > now then return end -- another epoch, or a clock gone back

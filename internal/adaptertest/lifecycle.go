@@ -103,7 +103,7 @@ func testResponseCostBounds(t *testing.T, a Adapter) {
 	})
 	inFlight := core.Limit{Algorithm: core.Concurrency, Rate: 1, Period: time.Hour}
 	h := build(t, a, Spec{Limiter: lim, WorkHandler: ok, Work: &Mw{inFlight, []redlimit.Option{redlimit.WithName("bytes"), fromHeader}}})
-	for _, cost := range []string{"2000000000", "-3", "1"} {
+	for _, cost := range []string{"5000000000", "-3", "1"} {
 		expect(t, "response cost "+cost, work(h, "X-Cost", cost), http.StatusOK)
 		expect(t, "after a response cost of "+cost+", the slot is free", work(h, "X-Cost", "0"), http.StatusOK)
 	}
@@ -112,7 +112,7 @@ func testResponseCostBounds(t *testing.T, a Adapter) {
 		t.Fatalf("log %q; want one line for the cost above the maximum, one for the negative cost", lines)
 	}
 	for i, want := range [][]string{
-		{"level=WARN", "response cost above the maximum", "policy=bytes", "cost=2000000000", "charged=1000000000"},
+		{"level=WARN", "response cost above the maximum", "policy=bytes", "cost=5000000000", "charged=4294967295"},
 		{"level=ERROR", "invalid response cost", "policy=bytes", "cost=-3", "reserved=1"},
 	} {
 		for _, w := range want {

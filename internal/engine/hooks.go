@@ -11,7 +11,6 @@ import (
 
 // Settings the tests read.
 const (
-	MaxCount               = maxCount
 	MaxMembers             = maxMembers
 	MinPeriod              = minPeriod
 	DefaultBuckets         = defaultBuckets

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -23,9 +24,15 @@ const (
 	Concurrency   Algorithm = "concurrency"
 )
 
-// Bounds of a Limit's fields.
+// MaxCount bounds a Limit's Rate and Burst, and a settlement's cost: a
+// uint32's range (Envoy's requests_per_unit is one), or int's where int is
+// smaller. Validate's span check refuses the limits whose state Lua cannot
+// count exactly. It is also the most the HTTP layer charges one request
+// (WithMaxCost's default) and envoyrls one descriptor.
+const MaxCount = min(math.MaxInt, math.MaxUint32)
+
+// Bounds of a Limit's other fields.
 const (
-	maxCount = 1_000_000_000 // Rate and Burst
 	// maxMembers bounds what one script call may add to or take from a
 	// sorted set, and so the server's time for it (about 1 µs a member,
 	// docs/algorithms.md#the-cost-of-one-call): a Concurrency limit's Rate
@@ -90,16 +97,16 @@ func (l Limit) Validate() error {
 		err = fmt.Errorf("unknown algorithm %q (want one of %s)", l.Algorithm, algorithmNames())
 	case l.Rate <= 0:
 		err = fmt.Errorf("rate %d must be positive", l.Rate)
-	case l.Rate > maxCount:
-		err = fmt.Errorf("rate %d is above the maximum %d", l.Rate, maxCount)
+	case l.Rate > MaxCount:
+		err = fmt.Errorf("rate %d is above the maximum %d", l.Rate, MaxCount)
 	case l.Period < minPeriod:
 		err = fmt.Errorf("period %v must be at least %v", l.Period, minPeriod)
 	case l.Period%time.Microsecond != 0:
 		err = fmt.Errorf("period %v must be whole microseconds", l.Period)
 	case l.Burst < 0:
 		err = fmt.Errorf("burst %d must not be negative (0 means rate)", l.Burst)
-	case l.Burst > maxCount:
-		err = fmt.Errorf("burst %d is above the maximum %d", l.Burst, maxCount)
+	case l.Burst > MaxCount:
+		err = fmt.Errorf("burst %d is above the maximum %d", l.Burst, MaxCount)
 	case l.Prefetch < 0:
 		err = fmt.Errorf("prefetch %d must not be negative (0 means none)", l.Prefetch)
 	case l.Prefetch > l.Capacity():
@@ -120,8 +127,8 @@ func (l Limit) Validate() error {
 		if err == nil && d.check != nil {
 			err = d.check(l)
 		}
-		if err == nil && d.span(l) > exactMax {
-			err = fmt.Errorf("%v is too large to count exactly (burst times period in microseconds, over the rate's common factor, exceeds 2^52)", l)
+		if span := d.span(l); err == nil && span > exactMax {
+			err = spanError(l, d, span)
 		}
 	}
 	if err != nil {
@@ -137,6 +144,32 @@ func (l Limit) debt() int64 {
 		return micros(l.Period)
 	}
 	return micros(l.MaxDebt)
+}
+
+// spanError says why l, whose state would hold span, is refused (its
+// script cannot count it exactly), and how to fix it.
+func spanError(l Limit, d *descriptor, span float64) error {
+	p := micros(l.Period)
+	var why, fix string
+	switch {
+	case !d.window: // the buckets and GCRA count time: period/gcd units an event
+		g := gcd(p, int64(l.Rate))
+		why = fmt.Sprintf("burst %d times the %d units each event counts: the period, %d µs, over its common factor with the rate, %d",
+			l.Capacity(), p/g, p, g)
+		fix = "a shorter period with a rate to match"
+		if perSecond := float64(l.Rate) * 1e6 / float64(p); l.Period > time.Second && perSecond >= 1 {
+			fix += fmt.Sprintf(" (%d/s is about the same rate)", int64(perSecond))
+		}
+		fix += ", a smaller burst, or a fixed_window, which counts events, not time"
+	case l.algorithm() == SlidingWindow:
+		why = fmt.Sprintf("three times rate %d (the most a window holds in debt) times a sub-bucket's %d µs", l.Rate, p/int64(l.buckets()))
+		fix = "more buckets, a shorter period or a lower rate"
+	default:
+		why = fmt.Sprintf("the period, %d µs", p)
+		fix = "a shorter period"
+	}
+	return fmt.Errorf("%v cannot be counted exactly: its state would reach %.4g (%s), above 2^52; Lua counts exactly only up to 2^53, its numbers being doubles, and the clock takes the rest. Take %s",
+		l, span, why, fix)
 }
 
 // buckets returns the effective SlidingWindow sub-bucket count.
@@ -354,14 +387,14 @@ func ParseLimit(s string) (Limit, error) {
 	return l, nil
 }
 
-// parseCount reads a positive decimal integer no larger than maxCount.
+// parseCount reads a positive decimal integer no larger than MaxCount.
 func parseCount(s string) (int, error) {
 	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
 		return 0, fmt.Errorf("%q must be a positive integer", s)
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n > maxCount {
-		return 0, fmt.Errorf("%q is above the maximum %d", s, maxCount)
+	if err != nil || n > MaxCount {
+		return 0, fmt.Errorf("%q is above the maximum %d", s, MaxCount)
 	}
 	if n == 0 {
 		return 0, fmt.Errorf("must be positive, not 0")

@@ -119,8 +119,8 @@ func (r *Reservation) Settle(ctx context.Context, cost int) error {
 	if r.l == nil { // denied, or n = 0
 		return nil
 	}
-	if cost < 0 || cost > maxCount {
-		return fmt.Errorf("%w: Settle(%d): want 0 to %d", ErrInvalidCost, cost, maxCount)
+	if cost < 0 || cost > MaxCount {
+		return fmt.Errorf("%w: Settle(%d): want 0 to %d", ErrInvalidCost, cost, MaxCount)
 	}
 	if r.n < 0 {
 		return fmt.Errorf("%w: Settle(%d) of a reservation of a cost for each limit: settle it with SettleEach", ErrInvalidCost, cost)
@@ -138,8 +138,8 @@ func (r *Reservation) SettleEach(ctx context.Context, costs []int) error {
 		return fmt.Errorf("%w: SettleEach: %d costs for %d limits", ErrInvalidCost, len(costs), len(r.infos))
 	}
 	for _, c := range costs {
-		if c < 0 || c > maxCount {
-			return fmt.Errorf("%w: SettleEach(%v): want 0 to %d each", ErrInvalidCost, costs, maxCount)
+		if c < 0 || c > MaxCount {
+			return fmt.Errorf("%w: SettleEach(%v): want 0 to %d each", ErrInvalidCost, costs, MaxCount)
 		}
 	}
 	return r.settle(ctx, costs, 0)

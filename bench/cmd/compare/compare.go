@@ -67,8 +67,8 @@ func (c config) validate() error {
 		return errors.New("-rounds must be at least 1")
 	case c.PoolSize < 0:
 		return errors.New("-pool must not be negative")
-	case c.Rate < 0 || c.Rate > 1_000_000_000:
-		return errors.New("-rate must be 1 to 1e9 (0: the default), as a core.Limit's Rate")
+	case c.Rate < 0 || c.Rate > 1<<32-1:
+		return errors.New("-rate must be 1 to 4294967295 (0: the default), as a core.Limit's Rate")
 	case len(c.Goroutines) == 0 || len(c.Keys) == 0:
 		return errors.New("need at least one goroutine count and one key count")
 	}
