@@ -38,6 +38,10 @@ type Budget struct {
 	// logged and the reserved one stands; one above MaxCost is charged
 	// MaxCost and logged. Above the reserved it charges the rest without
 	// denying (the key goes into debt), below it refunds the difference.
+	// A handler that panics (http.ErrAbortHandler included, which
+	// httputil.ReverseProxy panics with when its client leaves) is
+	// settled without calling Cost: at what it reported to its Usage, or
+	// at what it reserved if it reported nothing.
 	Cost func(r *http.Request, status int, header http.Header) int
 	// MaxCost caps what one request may reserve or be charged of the
 	// budget's unit: above it, MaxCost is charged and the excess logged
@@ -163,25 +167,36 @@ func (p *policy) estimate(q *Request, b *budget) int {
 	return n
 }
 
-// budgetCost returns what q is settled at under b after its handler: Cost's,
-// bounded, or what the handler reported (Usage), or -1: what it reserved.
+// budgetCost returns what q is settled at under b after its handler
+// returned: Cost's, bounded, or what the handler reported (Usage), or -1:
+// what it reserved.
 func (p *policy) budgetCost(q *Request, b *budget, status int, header http.Header) int {
-	n := -1
-	switch {
-	case b.Cost != nil:
-		n = b.Cost(*q, status, header)
-		if n < 0 {
-			if skipped, ok := b.invalidAt.allow(time.Now()); ok {
-				p.log.ErrorContext(q.Context, "redlimit: invalid response cost: a budget's Cost returned a negative cost; the reserved cost stands",
-					"policy", p.name, "unit", b.unit, "cost", n, "costs_not_logged", skipped)
-			}
-			return -1
-		}
-	default:
-		if used, ok := UsageFrom(q.Context).Used(b.unit); ok {
-			n = used
-		}
+	if b.Cost == nil {
+		return p.reported(q, b)
 	}
+	n := b.Cost(*q, status, header)
+	if n < 0 {
+		if skipped, ok := b.invalidAt.allow(time.Now()); ok {
+			p.log.ErrorContext(q.Context, "redlimit: invalid response cost: a budget's Cost returned a negative cost; the reserved cost stands",
+				"policy", p.name, "unit", b.unit, "cost", n, "costs_not_logged", skipped)
+		}
+		return -1
+	}
+	return p.capBudget(q, b, n)
+}
+
+// reported returns what q's handler reported to its Usage of b's unit,
+// bounded, or -1 if it reported none: what it reserved.
+func (p *policy) reported(q *Request, b *budget) int {
+	used, ok := UsageFrom(q.Context).Used(b.unit)
+	if !ok {
+		return -1
+	}
+	return p.capBudget(q, b, used)
+}
+
+// capBudget returns n, or b's MaxCost if n is above it, which it logs.
+func (p *policy) capBudget(q *Request, b *budget, n int) int {
 	if n > b.MaxCost {
 		if skipped, ok := b.costLog.allow(time.Now()); ok {
 			p.log.WarnContext(q.Context, "redlimit: response cost above the maximum a request may be charged (Budget.MaxCost); charged the maximum",
@@ -196,15 +211,20 @@ func (p *policy) budgetCost(q *Request, b *budget, status int, header http.Heade
 // unit, as it goes: a streaming handler adds to it as it produces, so a
 // request whose client leaves mid-stream is charged what was produced. A
 // policy with a budget without Cost settles the request at the sum
-// reported for the budget's unit when its handler returns, or at the
-// reserved estimate if nothing was reported. Find it with UsageFrom. Its
-// methods are safe for concurrent use, and do nothing on a nil *Usage.
+// reported for the budget's unit when its handler ends, however it ends
+// (it returns, or panics: http.ErrAbortHandler from a reverse proxy whose
+// client left, or any other panic), or at the reserved estimate if
+// nothing was reported; a budget with Cost too when its handler panics.
+// Find it with UsageFrom. Its methods are safe for concurrent use, and do
+// nothing on a nil *Usage.
 type Usage struct {
 	mu   sync.Mutex
 	used map[string]int
 }
 
 // Add reports n more units used (n below 0 is ignored): Add("tokens", 12).
+// The sum saturates above the most a request is ever charged (1e9): it
+// never wraps, however large n is.
 func (u *Usage) Add(unit string, n int) {
 	if u == nil || n < 0 {
 		return
@@ -222,7 +242,8 @@ func (u *Usage) Add(unit string, n int) {
 const maxUsed = min(defaultMaxCost, math.MaxInt-1) + 1
 
 // Used returns the units of unit reported so far, and whether any Add
-// reported that unit.
+// reported that unit. A sum above 1e9 reads 1e9+1, more than any request
+// is charged (Budget.MaxCost).
 func (u *Usage) Used(unit string) (int, bool) {
 	if u == nil {
 		return 0, false

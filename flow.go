@@ -2,6 +2,7 @@ package redlimit
 
 import (
 	"net/http"
+	"slices"
 )
 
 // The one request flow, for every protocol: a protocol describes its
@@ -83,43 +84,87 @@ func ServeRequest(p Policy, q Request, md map[string][]string, next func() int) 
 }
 
 // serveHeld serves a request whose decision is a reservation (Concurrency
-// limits, WithResponseCost, budgets) with next, then settles it, whatever
-// the handler did: with the cost WithResponseCost reports for the status
-// and header next returns, capped at the policy's maximum, and each
-// budget's cost; or releasing it (the costs stand, slots are freed) when
-// there is none, when it is negative, or when the handler or a cost
-// function panicked, before the panic goes on up.
+// limits, WithResponseCost, budgets) with next, then settles it, however
+// the handler ends, and frees its slots.
+//
+// When next returns, a request is settled at the cost WithResponseCost
+// reports for the status and header next returns, capped at the policy's
+// maximum, and at each budget's cost (budgetCost); a limit without one
+// (none given, or a negative one) at what it reserved.
+//
+// When the handler panics (http.ErrAbortHandler included: httputil.ReverseProxy
+// ends a response whose client left with it), or a cost function does, no
+// cost function is called: the request limits' reserved cost stands, each
+// budget is settled at what the handler reported to its Usage (its
+// reservation if it reported nothing), and the panic goes on up.
 func (p *policy) serveHeld(q *Request, held *hold, next func() (status int, header http.Header)) {
-	cost, costs := -1, []int(nil) // -1, nil: the reserved costs
+	returned := false
 	defer func() {
-		if costs != nil {
-			p.settleEach(q.Context, held.r, costs)
-			return
+		if !returned { // a panic, on its way up
+			p.settleHeld(q, held, -1, p.reportedCosts(q, held))
 		}
-		p.settle(q.Context, held.r, cost)
 	}()
 	status, header := next()
+	cost, costs := p.finalCosts(q, held, status, header)
+	returned = true
+	p.settleHeld(q, held, cost, costs)
+}
+
+// settleHeld settles held at costs, one per limit, when the policy has
+// budgets; else at cost (-1: the reserved n).
+func (p *policy) settleHeld(q *Request, held *hold, cost int, costs []int) {
+	if costs != nil {
+		p.settleEach(q.Context, held.r, costs)
+		return
+	}
+	p.settle(q.Context, held.r, cost)
+}
+
+// finalCosts returns what a request whose handler returned status and
+// header is settled at: with budgets, each limit's cost (costs), else the
+// cost of every limit (-1: the reserved n). It calls the cost functions.
+func (p *policy) finalCosts(q *Request, held *hold, status int, header http.Header) (cost int, costs []int) {
 	c := -1
 	if p.ResponseCost != nil {
 		c = p.boundCost(q.Context, p.ResponseCost(*q, status, header))
 	}
 	if held.costs == nil {
-		cost = c
-		return
+		return c, nil
 	}
-	settled := held.costs // each limit's reserved cost: what a -1 leaves
-	tail := len(settled) - p.spent
+	costs = slices.Clone(held.costs) // each limit's reserved cost: what a -1 leaves
+	tail := len(costs) - p.spent
 	if c >= 0 {
-		for i := range settled[:tail] {
-			settled[i] = c
+		for i := range costs[:tail] {
+			costs[i] = c
 		}
 	}
 	for _, b := range p.budgets {
 		if n := p.budgetCost(q, b, status, header); n >= 0 {
 			for i := tail + b.at; i < tail+b.at+b.n; i++ {
-				settled[i] = n
+				costs[i] = n
 			}
 		}
 	}
-	costs = settled
+	return -1, costs
+}
+
+// reportedCosts returns what a request whose handler did not return (it
+// panicked) is settled at, without calling a cost function: with
+// budgets, each limit's reserved cost but a budget's, which is what the
+// handler reported to its Usage if it reported any; nil without budgets
+// (the reserved n).
+func (p *policy) reportedCosts(q *Request, held *hold) []int {
+	if held.costs == nil {
+		return nil
+	}
+	costs := slices.Clone(held.costs)
+	tail := len(costs) - p.spent
+	for _, b := range p.budgets {
+		if n := p.reported(q, b); n >= 0 {
+			for i := tail + b.at; i < tail+b.at+b.n; i++ {
+				costs[i] = n
+			}
+		}
+	}
+	return costs
 }

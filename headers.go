@@ -4,7 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"fmt"
-	"math/big"
+	"math/bits"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -112,38 +112,80 @@ func sfString(name string) string {
 // period is scaled up to in RateLimit-Policy.
 const maxWindow = time.Hour
 
+// sfMaxInteger is the largest Integer a structured field carries (RFC
+// 9651, 3.3.1).
+const sfMaxInteger = 999_999_999_999_999
+
 // policyItem is the RateLimit-Policy list member of a limit named name:
 // "name";q=<quota>;w=<window in seconds>, with ;redlimit-burst=<capacity>
 // where the capacity differs from q; for a Concurrency limit
-// "name";q=<in flight>;qu="concurrent-requests". The draft's window is a positive whole
-// number of seconds: a period that is not one is scaled up to the shortest
-// whole-second window it divides (3 per 500ms is q=6;w=1); if that is
-// longer than maxWindow, the window is the period rounded up and q the
-// most that window surely allows, rounded down.
+// "name";q=<in flight>;qu="concurrent-requests". The draft's window is a
+// positive whole number of seconds: a period that is not one is scaled up
+// to the shortest whole-second window it divides (3 per 500ms is
+// q=6;w=1); if that is longer than maxWindow, or its quota more than a
+// structured field's integer holds, the window is the period rounded up
+// to whole seconds and q the most that window surely allows, rounded
+// down. The arithmetic is exact for every valid limit: a period is at
+// most 2^63 ns, a rate at most 2^32, and their products are worked out
+// in 128 bits.
 func policyItem(name string, l core.Limit) string {
 	item := httpsfv.NewItem(name)
 	if l.Algorithm == core.Concurrency { // no window: requests in flight
-		item.Params.Add("q", int64(l.Rate))
+		item.Params.Add("q", sfInteger(int64(l.Rate)))
 		item.Params.Add("qu", "concurrent-requests")
 		return sfList(name, item)
 	}
-	period, second := int64(l.Period/time.Microsecond), int64(time.Second/time.Microsecond)
-	gcd := new(big.Int).GCD(nil, nil, big.NewInt(period), big.NewInt(second)).Int64()
-	window := period / gcd * second // lcm(period, 1s), in µs
-	q := int64(l.Rate) * (window / period)
-	if window > int64(maxWindow/time.Microsecond) {
-		window = (period + second - 1) / second * second
-		q = int64(l.Rate) * window / period
-	}
+	q, window := policyWindow(l.Rate, l.Period)
 	item.Params.Add("q", q)
 	if l.Unit != "" { // the registry's units name none of these: the limit's own word
 		item.Params.Add("qu", l.Unit)
 	}
-	item.Params.Add("w", window/second)
+	item.Params.Add("w", window)
 	if c := int64(l.Capacity()); c != q {
-		item.Params.Add("redlimit-burst", c)
+		item.Params.Add("redlimit-burst", sfInteger(c))
 	}
 	return sfList(name, item)
+}
+
+// sfInteger bounds n to a structured field's Integer. Every valid limit's
+// numbers are far inside; only a limit the engine refuses, which a
+// request may pick (WithRequestLimits) and the headers never describe,
+// reaches the bound, which keeps working out its fields from panicking.
+func sfInteger(n int64) int64 { return max(-sfMaxInteger, min(n, sfMaxInteger)) }
+
+// policyWindow returns RateLimit-Policy's q and w (in seconds) for rate
+// events per d: the shortest whole-second window of whole periods, if it
+// is at most maxWindow and its quota fits a structured field; else the
+// period rounded up to whole seconds, and the quota of that window
+// rounded down. For a valid limit (a period of at least 1 ms) that quota
+// is below 1001 × rate, and fits. A limit the engine refuses (a request's
+// own, WithRequestLimits) gets a harmless answer, never a panic: the
+// headers never describe it.
+func policyWindow(rate int, d time.Duration) (q, window int64) {
+	if rate <= 0 || d < time.Microsecond {
+		return 0, 1
+	}
+	const second = uint64(time.Second / time.Microsecond)
+	r, period := uint64(rate), uint64(d/time.Microsecond)
+	periods := second / gcd(period, second) // in lcm(period, 1 s)
+	if period <= uint64(maxWindow/time.Microsecond)/periods && r <= sfMaxInteger/periods {
+		return int64(r * periods), int64(period * periods / second)
+	}
+	w := (period + second - 1) / second // period < 2^63 µs: no overflow
+	hi, lo := bits.Mul64(r, w*second)
+	if hi >= period { // a quotient past 2^64: only a limit the engine refuses
+		return sfMaxInteger, int64(w)
+	}
+	n, _ := bits.Div64(hi, lo, period)
+	return int64(min(n, sfMaxInteger)), int64(w)
+}
+
+// gcd is the greatest common divisor of a and b.
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // sfList writes item as a structured-field list of one member.

@@ -244,7 +244,9 @@ func WithDenyHandler(deny func(w http.ResponseWriter, r *http.Request, d Decisio
 // reported by the handler in a header), without denying: the key goes into
 // debt. Without it the cost stands. It costs one more round trip per
 // request, and none when cost returns WithCost's n for a policy without
-// Concurrency limits. A handler that panics is settled at WithCost's n.
+// Concurrency limits. A handler that panics is settled at WithCost's n,
+// without calling cost (its budgets, if any, at what it reported to its
+// Usage: see Budget.Cost).
 // A cost above WithMaxCost's n (by default 4294967295) is charged
 // that n; a negative cost is logged as an invalid response cost and the
 // reserved one stands; either way the request's slots are freed. cost

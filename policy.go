@@ -28,8 +28,9 @@ type Policy interface {
 
 // NewPolicy checks the limit and options and returns the Policy that
 // enforces them on every request. It does no I/O. Errors name what is
-// wrong; a bad limit wraps core.ErrInvalidLimit. The adapters' New
-// functions call it, and panic on its error.
+// wrong; a bad limit wraps core.ErrInvalidLimit; a nil or zero Limiter,
+// which cannot decide anything, is refused (make one with core.New). The
+// adapters' New functions call it, and panic on its error.
 func NewPolicy(lim *core.Limiter, limit core.Limit, opts ...Option) (Policy, error) {
 	c := newOptions(opts)
 	if c.Rest.tier != nil {
@@ -89,12 +90,14 @@ func (p *policy) settleEach(ctx context.Context, held *core.Reservation, costs [
 
 // reportSettleError logs an error settling a request's reservation after
 // its handler, at error level, at most once a second per policy. The
-// request was decided and served; what the settlement would have changed
-// (a refund, a charge) may not have been made, and a slot it did not free
-// ends with its lease.
+// request was decided and served. The Limiter releases the slots the
+// reservation held in the background, retrying until Redis answers or
+// their lease ends (core.Stats counts RetriedReleases and
+// AbandonedReleases); a refund or a charge the settlement carried is sent
+// at most once, so it may or may not have been made.
 func (p *policy) reportSettleError(ctx context.Context, err error) {
 	if skipped, ok := p.settleLog.allow(time.Now()); ok {
-		p.log.ErrorContext(ctx, "redlimit: settling a served request's reservation failed; a slot it held is freed when its lease ends",
+		p.log.ErrorContext(ctx, "redlimit: settling a served request's reservation failed; any slot it held is released in the background, retried until Redis answers or its lease ends; a refund or charge it carried may or may not have been made",
 			"policy", p.name, "error", err, "errors_not_logged", skipped)
 	}
 }
@@ -146,8 +149,8 @@ func newOptions(opts []Option) options {
 // newPolicy checks o and builds a policy of limits with it.
 func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, error) {
 	c := &o.Rest
-	if lim == nil {
-		return nil, errors.New("redlimit: nil *core.Limiter")
+	if !(*engine.Limiter)(lim).Ready() {
+		return nil, engine.NotReady("redlimit: NewPolicy")
 	}
 	name := c.name
 	if name == "" {

@@ -103,7 +103,7 @@ func TestNewPolicyErrors(t *testing.T) {
 		opts  []redlimit.Option
 		says  string
 	}{
-		{nil, core.PerSecond(1), nil, "nil *core.Limiter"},
+		{nil, core.PerSecond(1), nil, "create it with core.New"},
 		{lim, core.Limit{}, nil, "rate 0 must be positive"},
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithCost(6)}, "cost 6 must be between 1 and the burst"},
 		{lim, core.PerSecond(5), []redlimit.Option{redlimit.WithCost(0)}, "cost 0"},

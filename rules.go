@@ -201,11 +201,15 @@ const catchAll = rulepattern.CatchAll
 // WithRequestLimits are not for rules). Errors name the rule that is wrong;
 // a bad limit wraps core.ErrInvalidLimit, a pattern no request can match
 // ErrInvalidRules. A table without rules (nil or empty) is an error
-// wrapping ErrInvalidRules, as it is for ParseRules.
+// wrapping ErrInvalidRules, as it is for ParseRules. A nil or zero
+// Limiter is refused, as NewPolicy refuses it.
 func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error) {
 	c := newOptions(opts)
 	if c.Limits != nil || len(c.Rest.also) > 0 {
 		return nil, errors.New("redlimit: WithAlso and WithRequestLimits are not for rules: write the limits in the rule")
+	}
+	if !(*engine.Limiter)(lim).Ready() {
+		return nil, engine.NotReady("redlimit: NewRuleSet")
 	}
 	rs := &RuleSet{lim: lim, conf: c, tier: c.Rest.tier, log: (*engine.Limiter)(lim).Logger()}
 	if rs.log == nil {

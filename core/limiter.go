@@ -22,7 +22,10 @@ const DefaultDenyCacheKeys = 10_000
 // A Limiter is safe for concurrent use by multiple goroutines, and any
 // number of Limiters, in any number of processes, may share keys through
 // one Redis: that is the point. Create Limiters with New; the zero Limiter
-// is not usable (its methods return an error).
+// is not usable: its decisions return an error, its Stats are zero, and
+// everything that takes a Limiter (redlimit.NewPolicy, the adapters,
+// grpclimit, envoyrls, roundtrip, the metrics modules) refuses it, as it
+// refuses nil.
 //
 // Each decision is bounded by the Limiter's timeout and its context,
 // whichever ends first (WithTimeout). A decision is sent to Redis at most
@@ -183,5 +186,5 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
 }
 
 // Stats returns the Limiter's counters. It is cheap and safe for
-// concurrent use.
+// concurrent use. A nil or zero Limiter's are all zero.
 func (l *Limiter) Stats() Stats { return Stats(l.e().Stats()) }

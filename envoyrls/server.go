@@ -95,11 +95,12 @@ type Server struct {
 }
 
 // New returns a Server that decides with lim under config. It does no
-// I/O. lim and config must not be nil; Options.Failure must be FailOpen
+// I/O. lim must be made by core.New (a nil or zero Limiter is refused),
+// config must not be nil; Options.Failure must be FailOpen
 // or FailClosed.
 func New(lim *core.Limiter, config *Config, opts Options) (*Server, error) {
-	if lim == nil {
-		return nil, errors.New("envoyrls: New: nil Limiter")
+	if !(*engine.Limiter)(lim).Ready() {
+		return nil, engine.NotReady("envoyrls: New")
 	}
 	if config == nil {
 		return nil, errors.New("envoyrls: New: nil Config")

@@ -503,6 +503,18 @@ func TestFailure(t *testing.T) {
 	}
 }
 
+// TestZeroLimiter: a nil or zero Limiter, which cannot decide, is refused
+// with an error saying to make one with core.New, not failed open on
+// every request.
+func TestZeroLimiter(t *testing.T) {
+	t.Parallel()
+	for _, lim := range []*core.Limiter{nil, {}} {
+		if _, err := envoyrls.New(lim, &envoyrls.Config{}, envoyrls.Options{}); err == nil || !strings.Contains(err.Error(), "core.New") {
+			t.Errorf("New(%p): %v; want refused, saying core.New", lim, err)
+		}
+	}
+}
+
 // TestShared: several servers, each with its own client of one Redis,
 // asked concurrently, admit exactly the limit: on miniredis, and on
 // redis-server standalone, cluster and behind Sentinel.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/redlimit/redlimit"
@@ -172,5 +173,115 @@ func TestBudgetHTTPOnly(t *testing.T) {
 		Limits: []core.Limit{{Rate: 10, Period: time.Minute, Unit: "tokens"}}})))
 	if err == nil || !strings.Contains(err.Error(), "grpclimit.WithBudget") {
 		t.Fatalf("redlimit.WithBudget on an interceptor: %v, want refused, pointing to grpclimit.WithBudget", err)
+	}
+}
+
+// TestBudgetHowCallsEnd: however a call's handler ends, the call is
+// charged what it reported to its Usage: a unary call the client
+// cancels, and a unary or stream handler that panics (behind a recovery
+// interceptor); one that reported nothing, its estimate.
+func TestBudgetHowCallsEnd(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t)
+	var reqs atomic.Int64
+	b := tokenBudget(&reqs) // no Cost: what the handler reported
+	started := make(chan struct{}, 1)
+	report := func(ctx context.Context) {
+		if n := fromMetadata(ctx, "report", -1); n >= 0 {
+			redlimit.UsageFrom(ctx).Add("tokens", n)
+		}
+		switch v := metadata.ValueFromIncomingContext(ctx, "end"); {
+		case len(v) == 1 && v[0] == "panic":
+			panic("the handler's panic")
+		case len(v) == 1 && v[0] == "cancel":
+			started <- struct{}{}
+			<-ctx.Done() // the client leaves
+		}
+	}
+	e := &echo{handle: func(ctx context.Context, _ string, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		report(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+		return in, nil
+	}, count: report}
+	opts := []grpclimit.Option{grpclimit.WithBudget(b), grpclimit.With(redlimit.WithName("e"), redlimit.WithHeaders(redlimit.HeadersDraft))}
+	limit := core.Limit{Algorithm: core.FixedWindow, Rate: 100000, Period: time.Hour}
+	cc := serve(t, e,
+		grpc.ChainUnaryInterceptor(recoverUnary, grpclimit.UnaryServerInterceptor(lim, limit, opts...)),
+		grpc.ChainStreamInterceptor(recoverStream, grpclimit.StreamServerInterceptor(lim, limit, opts...)))
+	// tokens waits until the tokens left are left, as a call reserving
+	// and reporting nothing sees them: a settlement comes soon after its
+	// handler ends, which a client that cancelled does not wait for.
+	tokens := func(what string, left int) {
+		t.Helper()
+		wantTokens := fmt.Sprintf(`"e-1h-tokens";r=%d;t=3600`, left)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got := say(t, cc, "/test.Echo/Say")
+			if got.code != codes.OK {
+				t.Fatalf("%s: a call reserving nothing ended %v", what, got.code)
+			}
+			if v := got.header.Get("ratelimit"); len(v) == 1 && strings.HasSuffix(v[0], wantTokens) {
+				return
+			} else if time.Now().After(deadline) {
+				t.Fatalf("%s: ratelimit %q, want it to end %q", what, v, wantTokens)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	// A unary call the client cancels after its handler reported 300 of
+	// an estimate of 100.
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "estimate", "100", "report", "300", "end", "cancel"))
+	failed := make(chan error, 1)
+	go func() {
+		failed <- cc.Invoke(ctx, "/test.Echo/Say", wrapperspb.String("hi"), new(wrapperspb.StringValue))
+	}()
+	<-started
+	cancel()
+	if err := <-failed; status.Code(err) != codes.Canceled {
+		t.Fatalf("the cancelled call: %v", err)
+	}
+	tokens("a cancelled unary call that reported 300", 700)
+
+	want(t, "a unary handler that panics after reporting 200",
+		say(t, cc, "/test.Echo/Say", "estimate", "100", "report", "200", "end", "panic"), codes.Internal)
+	tokens("a unary handler that panicked", 500)
+
+	got, _ := count(t, cc, 5, "estimate", "100", "report", "150", "end", "panic")
+	want(t, "a stream handler that panics after reporting 150", got, codes.Internal)
+	tokens("a stream handler that panicked", 350)
+
+	got, _ = count(t, cc, 5, "estimate", "100", "end", "panic")
+	want(t, "a stream handler that panics having reported nothing", got, codes.Internal)
+	tokens("a stream handler that panicked having reported nothing: its estimate", 250)
+}
+
+// TestZeroLimiter: a nil or zero Limiter, which cannot decide, is refused
+// when an interceptor or a Limiter is built, saying to make one with
+// core.New, rather than failing every call open.
+func TestZeroLimiter(t *testing.T) {
+	t.Parallel()
+	for _, lim := range []*core.Limiter{nil, {}} {
+		if _, err := grpclimit.NewLimiter(lim, core.PerMinute(1)); err == nil || !strings.Contains(err.Error(), "core.New") {
+			t.Errorf("NewLimiter(%p): %v; want refused, saying core.New", lim, err)
+		}
+		for name, build := range map[string]func(){
+			"UnaryServerInterceptor":  func() { grpclimit.UnaryServerInterceptor(lim, core.PerMinute(1)) },
+			"StreamServerInterceptor": func() { grpclimit.StreamServerInterceptor(lim, core.PerMinute(1)) },
+			"rules": func() {
+				grpclimit.UnaryServerInterceptor(lim, core.PerMinute(1), grpclimit.WithRules(redlimit.Rules{"/a.B/*": "1/s"}))
+			},
+		} {
+			func() {
+				defer func() {
+					if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "core.New") {
+						t.Errorf("%s(%p): recovered %v; want a panic saying core.New", name, lim, r)
+					}
+				}()
+				build()
+			}()
+		}
 	}
 }

@@ -74,7 +74,8 @@
 // A policy with a core.Concurrency limit holds a slot per call until its
 // handler returns: a unary handler, or a stream handler, that is for the
 // stream's whole life. A handler that panics frees its slot, and the panic
-// goes on up. With WithResponseCost, each admitted call is settled after
+// goes on up; no cost function is called for it, and a budget (WithBudget)
+// is settled at what it reported to its context's redlimit.Usage. With WithResponseCost, each admitted call is settled after
 // its handler, at the cost its function returns for the handler's reply
 // and error. The same from redlimit.WithResponseCost gets the HTTP status
 // of the call's gRPC code (the usual mapping: OK 200, InvalidArgument 400,

@@ -148,7 +148,9 @@ type Budget struct {
 	// and error. nil: what the handler reported to its context's Usage
 	// (redlimit.UsageFrom(ctx).Add), or, if it reported nothing, what the
 	// call reserved. A server stream's handler adds as it sends, so a
-	// client that leaves mid-stream is charged what was sent.
+	// client that leaves mid-stream, or cancels the call, is charged what
+	// was sent. A handler that panics is settled without calling Cost: at
+	// what it reported to its Usage, or at what it reserved.
 	Cost func(ctx context.Context, fullMethod string, reply any, err error) int
 	// MaxCost caps one call's reservation and charge; 0 means
 	// 4294967295, the most a settlement takes.

@@ -41,6 +41,7 @@ import (
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/engine"
 	"github.com/redlimit/redlimit/internal/policyconf"
 )
 
@@ -269,11 +270,12 @@ func (m *Metrics) policy(name string) *policyAttrs {
 // read from lim.Stats() at each collection; and how many times it opened
 // as redlimit.breaker.opens. Watch
 // each Limiter once, under a name of its own; a name already watched, or an
-// empty one, is an error.
+// empty one, is an error, as is a nil or zero Limiter (make it with
+// core.New).
 func (m *Metrics) WatchLimiter(lim *core.Limiter, name string) error {
 	switch {
-	case lim == nil:
-		return errors.New("otellimit: WatchLimiter: nil *core.Limiter")
+	case !(*engine.Limiter)(lim).Ready():
+		return engine.NotReady("otellimit: WatchLimiter")
 	case name == "":
 		return errors.New("otellimit: WatchLimiter: empty name")
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -317,6 +318,11 @@ func TestErrors(t *testing.T) {
 	}{{lim, "a"}, {lim, ""}, {nil, "b"}} {
 		if err := metrics.WatchLimiter(tt.lim, tt.name); err == nil {
 			t.Errorf("WatchLimiter(%p, %q) succeeded", tt.lim, tt.name)
+		}
+	}
+	for _, zero := range []*core.Limiter{nil, {}} { // its Stats would read nothing, for ever
+		if err := metrics.WatchLimiter(zero, "z"); err == nil || !strings.Contains(err.Error(), "core.New") {
+			t.Errorf("WatchLimiter(%p): %v; want refused, saying core.New", zero, err)
 		}
 	}
 }

@@ -32,6 +32,7 @@ import (
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/engine"
 )
 
 // The metric names.
@@ -229,7 +230,8 @@ func (m *Metrics) policy(name string) *policyMetrics {
 // lim.Stats() at each scrape; and how many times it opened as
 // redlimit_breaker_opens_total. Watch each
 // Limiter once, under a name of its own; a name already watched, or an
-// empty one, is an error.
+// empty one, is an error, as is a nil or zero Limiter (make it with
+// core.New).
 func (m *Metrics) WatchLimiter(lim *core.Limiter, name string) error {
 	return m.breaker.watch(lim, name)
 }
@@ -271,8 +273,8 @@ type watched struct {
 
 func (b *breakerCollector) watch(lim *core.Limiter, name string) error {
 	switch {
-	case lim == nil:
-		return errors.New("promlimit: WatchLimiter: nil *core.Limiter")
+	case !(*engine.Limiter)(lim).Ready():
+		return engine.NotReady("promlimit: WatchLimiter")
 	case name == "":
 		return errors.New("promlimit: WatchLimiter: empty name")
 	}

@@ -368,6 +368,11 @@ func TestErrors(t *testing.T) {
 			t.Errorf("WatchLimiter(%p, %q) succeeded", tt.lim, tt.name)
 		}
 	}
+	for _, zero := range []*core.Limiter{nil, {}} { // its Stats would read nothing, for ever
+		if err := metrics.WatchLimiter(zero, "z"); err == nil || !strings.Contains(err.Error(), "core.New") {
+			t.Errorf("WatchLimiter(%p): %v; want refused, saying core.New", zero, err)
+		}
+	}
 	// A nil registerer registers nothing; the Metrics is a Collector.
 	unregistered, err := promlimit.New(nil)
 	if err != nil {

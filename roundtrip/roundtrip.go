@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/engine"
 )
 
 // Transport is an http.RoundTripper that waits for a shared rate limit
@@ -106,11 +107,12 @@ func WithOnError(onError func(r *http.Request, err error) error) Option {
 // New returns a Transport that waits until l admits each request under
 // limit before it sends it, with the Options. By default each request
 // costs 1 under the key Host gives (the URL's host) and is sent through
-// http.DefaultTransport. New panics if l is nil or the limit is invalid:
+// http.DefaultTransport. New panics if l is nil or a zero core.Limiter{}
+// (make it with core.New), or the limit is invalid:
 // it runs at start-up.
 func New(l *core.Limiter, limit core.Limit, opts ...Option) *Transport {
-	if l == nil {
-		panic("redlimit: roundtrip.New: nil Limiter")
+	if !(*engine.Limiter)(l).Ready() {
+		panic(engine.NotReady("redlimit: roundtrip.New"))
 	}
 	if err := limit.Validate(); err != nil {
 		panic(fmt.Errorf("redlimit: roundtrip.New: %w", err))

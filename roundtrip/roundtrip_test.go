@@ -3,6 +3,7 @@ package roundtrip_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -433,12 +434,17 @@ func TestNewPanics(t *testing.T) {
 	t.Parallel()
 	for name, f := range map[string]func(){
 		"nil Limiter":   func() { roundtrip.New(nil, core.PerSecond(1)) },
+		"zero Limiter":  func() { roundtrip.New(&core.Limiter{}, core.PerSecond(1)) },
 		"invalid limit": func() { roundtrip.New(limiter(t), core.Limit{}) },
 	} {
 		func() {
 			defer func() {
-				if recover() == nil {
+				r := recover()
+				if r == nil {
 					t.Errorf("%s: New did not panic", name)
+				}
+				if strings.Contains(name, "Limiter") && !strings.Contains(fmt.Sprint(r), "core.New") {
+					t.Errorf("%s: New panicked with %v; want it to say core.New", name, r)
 				}
 			}()
 			f()

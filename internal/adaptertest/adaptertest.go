@@ -227,6 +227,9 @@ func Run(t *testing.T, a Adapter) {
 		{"BudgetCap", testBudgetCap},
 		{"BudgetLastTokens", testBudgetLastTokens},
 		{"BudgetStream", testBudgetStream},
+		{"BudgetPanic", testBudgetPanic},
+		{"BudgetProxy", testBudgetProxy},
+		{"ZeroLimiter", testZeroLimiter},
 	}
 	if a.UserKey != nil {
 		cases = append(cases, struct {

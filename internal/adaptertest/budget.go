@@ -5,9 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -285,4 +288,193 @@ func testBudgetStream(t *testing.T, a Adapter) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// testBudgetPanic: a handler that panics, with http.ErrAbortHandler or
+// anything else, is settled at what it reported to its Usage, as when it
+// returns, and the panic goes on up through the framework.
+func testBudgetPanic(t *testing.T, a Adapter) {
+	for _, value := range []any{http.ErrAbortHandler, "boom"} {
+		name := "abort"
+		if value == "boom" {
+			name = "boom"
+		}
+		panicking := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Use") == "" {
+				io.WriteString(w, "ok")
+				return
+			}
+			redlimit.UsageFrom(r.Context()).Add("tokens", headerInt(r.Header, "X-Use", 0))
+			panic(value)
+		})
+		b := redlimit.Budget{Limits: []core.Limit{{Algorithm: core.FixedWindow, Rate: 1000, Period: time.Hour, Unit: "tokens"}},
+			Estimate: func(r *http.Request) int { return headerInt(r.Header, "X-Estimate", 0) }}
+		opts := []redlimit.Option{redlimit.WithName(name), redlimit.WithHeaders(redlimit.HeadersDraft), redlimit.WithBudget(b)}
+		h := build(t, a, Spec{Limiter: Embedded(t), WorkHandler: panicking,
+			Work: &Mw{core.Limit{Algorithm: core.FixedWindow, Rate: 100, Period: time.Hour}, opts}})
+		func() {
+			defer func() {
+				if r := recover(); r != value {
+					t.Fatalf("%s: recovered %v, want the handler's panic", name, r)
+				}
+			}()
+			work(h, "X-Estimate", "100", "X-Use", "300")
+		}()
+		expect(t, name+": after a panic that reported 300 of an estimate of 100", work(h, "X-Estimate", "0"), http.StatusOK,
+			"RateLimit", fmt.Sprintf(`"%s";r=98;t=3600, "%s-1h-tokens";r=700;t=3600`, name, name))
+		func() {
+			defer func() { recover() }()
+			work(h, "X-Estimate", "100", "X-Use", "0")
+		}()
+		expect(t, name+": after a panic that reported 0", work(h, "X-Estimate", "0"), http.StatusOK,
+			"RateLimit", fmt.Sprintf(`"%s";r=96;t=3600, "%s-1h-tokens";r=700;t=3600`, name, name))
+	}
+}
+
+// meter is a proxied response's body that reports 10 tokens to usage for
+// every byte read from the backend, and adds them up in reported.
+type meter struct {
+	io.ReadCloser
+	usage    *redlimit.Usage
+	reported *atomic.Int64
+}
+
+func (m *meter) Read(p []byte) (int, error) {
+	n, err := m.ReadCloser.Read(p)
+	m.usage.Add("tokens", 10*n)
+	m.reported.Add(int64(10 * n))
+	return n, err
+}
+
+// testBudgetProxy: a stream served through httputil.ReverseProxy, whose
+// tokens are reported as the proxy reads them, is charged what was
+// reported when it is read to its end, and when its client hangs up
+// mid-stream, which ReverseProxy answers with panic(http.ErrAbortHandler).
+func testBudgetProxy(t *testing.T, a Adapter) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Quick") != "" {
+			io.WriteString(w, "ok")
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		for i := range headerInt(r.Header, "X-Events", 0) {
+			if _, err := fmt.Fprintf(w, "data: token %d\n\n", i); err != nil {
+				return
+			}
+			if rc.Flush() != nil || r.Context().Err() != nil {
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(backend.Close)
+	target, err := url.Parse(backend.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reported atomic.Int64
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ErrorLog = log.New(io.Discard, "", 0)
+	proxy.ModifyResponse = func(res *http.Response) error {
+		if res.Request.Header.Get("X-Quick") != "" { // reports nothing: settled at its estimate, 0
+			return nil
+		}
+		res.Body = &meter{ReadCloser: res.Body, usage: redlimit.UsageFrom(res.Request.Context()), reported: &reported}
+		return nil
+	}
+	done := make(chan struct{}, 4)
+	front := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { done <- struct{}{} }() // before the middleware settles, on a panic too
+		proxy.ServeHTTP(w, r)
+	})
+	const rate = 10_000_000
+	b := redlimit.Budget{Limits: []core.Limit{{Algorithm: core.FixedWindow, Rate: rate, Period: time.Hour, Unit: "tokens"}},
+		Estimate: func(r *http.Request) int {
+			if r.Header.Get("X-Quick") != "" {
+				return 0
+			}
+			return 50
+		}}
+	opts := []redlimit.Option{redlimit.WithName("proxy"), redlimit.WithHeaders(redlimit.HeadersDraft), redlimit.WithBudget(b)}
+	srv := httptest.NewServer(build(t, a, Spec{Limiter: Embedded(t), WorkHandler: front,
+		Work: &Mw{core.Limit{Algorithm: core.FixedWindow, Rate: 1_000_000, Period: time.Hour}, opts}}))
+	t.Cleanup(srv.Close)
+	post := func(ctx context.Context, header ...string) *http.Response {
+		r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/work", nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			r.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	// ended waits until the proxy's handler has ended.
+	ended := func(what string) {
+		t.Helper()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the proxy's handler did not end within 10 s", what)
+		}
+	}
+	// settled waits until the tokens left are rate-charged, which the
+	// settlement after the handler makes soon; each quick request it
+	// sends reports nothing and reserves nothing.
+	settled := func(what string, charged int64) {
+		t.Helper()
+		want := fmt.Sprintf(`"proxy-1h-tokens";r=%d;t=3600`, rate-charged)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			resp := post(context.Background(), "X-Quick", "1")
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s: a quick request answered %d", what, resp.StatusCode)
+			}
+			ended(what)
+			got := resp.Header.Get("RateLimit")
+			if strings.HasSuffix(got, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: RateLimit %q, want it to end %q (charged the %d reported)", what, got, want, charged)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	// Read to its end: charged what the proxy read, not the estimate.
+	resp := post(context.Background(), "X-Events", "20")
+	if _, err := io.ReadAll(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	ended("a stream read to its end")
+	whole := reported.Load()
+	if whole < int64(20*10*len("data: token 0\n\n")) {
+		t.Fatalf("%d tokens reported for a stream of 20 events", whole)
+	}
+	settled("a stream read to its end", whole)
+
+	// The client hangs up after 3 events of 1000.
+	reported.Store(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	resp = post(ctx, "X-Events", "1000")
+	rd := bufio.NewReader(resp.Body)
+	for i := 0; i < 3; i++ {
+		if _, err := rd.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		rd.ReadString('\n')
+	}
+	cancel()
+	resp.Body.Close()
+	ended("a client that hung up")
+	left := reported.Load()
+	if left < int64(3*10*len("data: token 0\n\n")) || left >= int64(1000*10*len("data: token 0\n\n")) {
+		t.Fatalf("%d tokens reported; want at least the 3 events read, not all 1000", left)
+	}
+	settled("a client that hung up after 3 events", whole+left)
 }

@@ -341,3 +341,23 @@ func upgrade(url string) error {
 	}
 	return nil
 }
+
+// testZeroLimiter: a nil or zero *core.Limiter, which cannot decide, is
+// refused when the middleware is built (New panics, Rules errs), with a
+// message that says to create it with core.New, rather than failing every
+// request open.
+func testZeroLimiter(t *testing.T, a Adapter) {
+	for _, lim := range []*core.Limiter{nil, {}} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "core.New") {
+					t.Errorf("New on the Limiter %p: recovered %v; want a panic saying core.New", lim, r)
+				}
+			}()
+			a.App(Spec{Limiter: lim, Global: &Mw{Limit: core.PerMinute(1)}})
+		}()
+		if _, err := a.App(Spec{Limiter: lim, Rules: redlimit.Rules{"*": "1/m"}}); err == nil || !strings.Contains(err.Error(), "core.New") {
+			t.Errorf("Rules on the Limiter %p: %v; want refused, saying core.New", lim, err)
+		}
+	}
+}

@@ -358,8 +358,8 @@ func (l *Limiter) reset(ctx context.Context, scope, key string, limit Limit) err
 // checkKey reports whether the Limiter can store state for key.
 func (l *Limiter) checkKey(key string) error {
 	switch {
-	case l.carrier == nil:
-		return errors.New("redlimit: Limiter is not initialised; create it with core.New")
+	case !l.Ready():
+		return errors.New("redlimit: Limiter is not initialised (nil or a zero core.Limiter{}); create it with core.New")
 	case key == "":
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
 	case len(key) > maxKeyLen:

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,17 @@ func New(rdb redis.Scripter, c Config) *Limiter {
 	return l
 }
 
+// Ready reports whether l was made by New. A nil or zero Limiter is not:
+// every decision on it is an error, so the HTTP and gRPC layers refuse it
+// when they are handed one (NotReady says how).
+func (l *Limiter) Ready() bool { return l != nil && l.carrier != nil }
+
+// NotReady is the error of a nil or zero Limiter handed to who (a
+// function's name, "redlimit.NewPolicy"): it says how to make one.
+func NotReady(who string) error {
+	return fmt.Errorf("%s: the *core.Limiter is nil or a zero core.Limiter{}, which cannot decide anything: create it with core.New(rdb)", who)
+}
+
 // Logger returns the logger the Limiter was given (core.WithLogger); nil
 // for a nil or zero Limiter.
 func (l *Limiter) Logger() *slog.Logger {
@@ -130,8 +142,11 @@ type Stats struct {
 }
 
 // Stats returns the Limiter's counters. It is cheap and safe for
-// concurrent use.
+// concurrent use. A nil or zero Limiter's are all zero.
 func (l *Limiter) Stats() Stats {
+	if !l.Ready() {
+		return Stats{}
+	}
 	l.carrier.forgetting.Lock()
 	defer l.carrier.forgetting.Unlock()
 	s := Stats{BreakerOpens: l.carrier.goneOpens.Load(), FailedSettlements: l.releaser.failed.Load(),
