@@ -127,8 +127,8 @@ var algorithms = map[Algorithm]*descriptor{
 		args: func(l Limit) ([maxArgs]int64, int) {
 			return [maxArgs]int64{micros(l.Period), int64(l.Rate), int64(l.buckets())}, 3
 		},
-		span: func(l Limit) float64 { // the weighted count: a debt fills the window to three times the rate
-			return 3 * float64(l.Rate) * float64(micros(l.Period)/int64(l.buckets()))
+		span: func(l Limit) float64 { // the weighted count (a debt fills the window to three times the rate), or the period
+			return max(3*float64(l.Rate)*float64(micros(l.Period)/int64(l.buckets())), float64(micros(l.Period)))
 		}},
 	SlidingLog: {file: "sliding_log", window: true, members: true, args: windowArgs,
 		span: func(l Limit) float64 { return float64(micros(l.Period)) }},

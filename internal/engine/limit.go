@@ -161,7 +161,7 @@ func spanError(l Limit, d *descriptor, span float64) error {
 			fix += fmt.Sprintf(" (%d/s is about the same rate)", int64(perSecond))
 		}
 		fix += ", a smaller burst, or a fixed_window, which counts events, not time"
-	case l.algorithm() == SlidingWindow:
+	case l.algorithm() == SlidingWindow && float64(p) < span:
 		why = fmt.Sprintf("three times rate %d (the most a window holds in debt) times a sub-bucket's %d µs", l.Rate, p/int64(l.buckets()))
 		fix = "more buckets, a shorter period or a lower rate"
 	default:
