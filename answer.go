@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/engine"
 )
 
 // How a policy answers an HTTP request that may not proceed: its status
@@ -127,7 +126,7 @@ func writeProblem(w http.ResponseWriter, d Decision) {
 }
 
 // violated names the list members that denied.
-func violated(quotas []quota, each []engine.Result) []string {
+func violated(quotas []quota, each []core.Result) []string {
 	var names []string
 	for i, r := range each {
 		if !r.Allowed {

@@ -13,7 +13,6 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/engine"
 	"github.com/redlimit/redlimit/internal/retryafter"
 )
 
@@ -61,7 +60,7 @@ var (
 // so a later Header.Add copies instead of writing into the shared array.
 type quota struct {
 	scope    string
-	limit    engine.Limit
+	limit    core.Limit
 	name     string   // the draft's list member name
 	member   string   // the same, as a structured-field string
 	capacity []string // X-RateLimit-Limit
@@ -77,7 +76,7 @@ func quotasOf(scope string, limits []core.Limit) []quota {
 	for i, l := range limits {
 		name := scope
 		if i > 0 {
-			variant, period := engine.StateNames(engine.Limit(l))
+			variant, period := l.StateName()
 			name += "-" + period
 			for _, m := range limits[:i] {
 				if m.Period == l.Period && m.Unit == l.Unit {
@@ -89,7 +88,7 @@ func quotasOf(scope string, limits []core.Limit) []quota {
 				name += "-" + l.Unit
 			}
 		}
-		quotas[i] = quota{scope: scope, limit: engine.Limit(l), name: name, member: sfString(name),
+		quotas[i] = quota{scope: scope, limit: l, name: name, member: sfString(name),
 			capacity: []string{strconv.Itoa(l.Capacity())},
 			policy:   policyItem(name, l),
 		}
@@ -207,7 +206,7 @@ func sfList(name string, item httpsfv.Item) string {
 // request (nested middleware) adds its members to the draft's lists, and
 // its X-RateLimit fields replace the others' only if it has fewer
 // remaining.
-func (a *answerer) headers(h map[string][]string, n *fieldNames, d *Decision, quotas []quota, each []engine.Result) {
+func (a *answerer) headers(h map[string][]string, n *fieldNames, d *Decision, quotas []quota, each []core.Result) {
 	denied := !d.Result.Allowed
 	if denied {
 		h[n.retryAfter] = []string{strconv.FormatInt(d.retryAfter, 10)}

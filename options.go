@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/engine"
 	"github.com/redlimit/redlimit/internal/policyconf"
 	"github.com/redlimit/redlimit/keyfunc"
 )
@@ -266,7 +265,7 @@ func WithResponseCost(cost func(r *http.Request, status int, header http.Header)
 // defaultMaxCost is WithMaxCost's default: the largest cost a settlement
 // takes (core.Reservation.Settle refuses more), 4294967295 (int's largest
 // where int is 32 bits).
-const defaultMaxCost = engine.MaxCount
+const defaultMaxCost = core.MaxCount
 
 // WithMaxCost caps what one request may be charged after its handler: a
 // cost WithResponseCost returns above n (bytes served, tokens used) is

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/engine"
 	"github.com/redlimit/redlimit/internal/policyconf"
 	"github.com/redlimit/redlimit/keyfunc"
 )
@@ -112,12 +111,12 @@ var errNotHTTP = fmt.Errorf("%w: the key function (redlimit.WithKey) reads HTTP 
 type policy struct {
 	policyconf.Funcs[Request, Decision]
 	config
-	lim      *engine.Limiter
+	lim      *core.Limiter
 	quotas   []quota // what a request is decided under: a rules table's catch-all's, then its own, then its budgets'
 	inherits int     // how many of quotas are the catch-all's
 	budgets  []*budget
-	spent    int           // how many quotas the budgets have, the last of a request's
-	local    *engine.Local // FailLocal's; nil otherwise
+	spent    int         // how many quotas the budgets have, the last of a request's
+	local    *core.Local // FailLocal's; nil otherwise
 	log      *slog.Logger
 	errLog   throttle
 	dryLog   throttle
@@ -149,8 +148,8 @@ func newOptions(opts []Option) options {
 // newPolicy checks o and builds a policy of limits with it.
 func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, error) {
 	c := &o.Rest
-	if !(*engine.Limiter)(lim).Ready() {
-		return nil, engine.NotReady("redlimit: NewPolicy")
+	if err := lim.Validate(); err != nil {
+		return nil, fmt.Errorf("redlimit: NewPolicy: %w", err)
 	}
 	name := c.name
 	if name == "" {
@@ -161,7 +160,7 @@ func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, err
 		return nil, err
 	}
 	all := append(limits[:len(limits):len(limits)], spent...)
-	if err := engine.CheckLimits(nil, engineLimits(all)); err != nil {
+	if err := core.CheckLimits(nil, all); err != nil {
 		return nil, err
 	}
 	burst := smallestBurst(limits)
@@ -187,17 +186,15 @@ func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, err
 	if err := c.answer.check(); err != nil {
 		return nil, err
 	}
-	p := &policy{Funcs: o.Funcs, config: *c, lim: (*engine.Limiter)(lim), quotas: quotasOf(name, all),
+	p := &policy{Funcs: o.Funcs, config: *c, lim: lim, quotas: quotasOf(name, all),
 		budgets: budgets, spent: len(spent)}
 	p.name, p.also = name, nil
 	if p.maxCost == 0 {
 		p.maxCost = defaultMaxCost
 	}
-	if p.log = p.lim.Logger(); p.log == nil { // the zero Limiter
-		p.log = slog.Default()
-	}
+	p.log = p.lim.Logger()
 	if p.failure == FailLocal {
-		p.local = p.lim.Fallback(localKeys)
+		p.local = p.lim.Local(localKeys)
 	}
 	return p, nil
 }
@@ -263,11 +260,12 @@ func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (
 // and every limit's result, which the headers read after the decision.
 type scratch struct {
 	n      int // how many of each array are used
-	scopes [engine.MaxLimits]string
-	limits [engine.MaxLimits]engine.Limit
-	each   [engine.MaxLimits]engine.Result
-	costs  [engine.MaxLimits]int // with budgets: each limit's cost
-	held   *core.Reservation     // an allowed decision's, when it was a reservation
+	scopes [core.MaxLimits]string
+	limits [core.MaxLimits]core.Limit
+	each   [core.MaxLimits]core.Result
+	costs  [core.MaxLimits]int  // with budgets: each limit's cost
+	rest   [core.MaxLimits]bool // with budgets: which limits take the rest (Budget.TakeRest)
+	held   *core.Reservation    // an allowed decision's, when it was a reservation
 }
 
 // verdict decides q: skip, key, limits, one decision on Redis (the
@@ -295,23 +293,20 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 
 	s.n = len(quotas)
 	n := s.n
-	ask := engine.Request{Key: d.Key, Scopes: s.scopes[:n], Limits: s.limits[:n], N: p.cost, Each: s.each[:n]}
+	ask := core.Request{Key: d.Key, Scopes: s.scopes[:n], Limits: s.limits[:n], N: p.cost, Each: s.each[:n]}
 	for i, quota := range quotas {
 		ask.Scopes[i], ask.Limits[i] = quota.scope, quota.limit
 	}
-	costs, upTo := s.costs[:n], uint32(0) // what the fallback charges, should it decide
 	if p.budgets != nil {
-		costs, upTo = p.reservedCosts(q, costs)
-		ask.Costs, ask.UpTo = costs, upTo
+		ask.Costs, ask.TakeRest = p.reservedCosts(q, s.costs[:n], s.rest[:n])
 	}
 	ask.Reserve = p.budgets != nil || p.ResponseCost != nil || holdsSlots(ask.Limits)
-	var res engine.Result
-	var held *engine.Reservation
-	res, d.binding, held, d.Err = p.lim.Decide(ctx, &ask)
+	var dec core.Decision
+	dec, d.Err = p.lim.Decide(ctx, &ask)
 	if d.Err == nil {
-		d.Result = result(res)
-		if held != nil && res.Allowed {
-			s.held = (*core.Reservation)(held)
+		d.Result, d.binding = dec.Result, dec.Binding
+		if dec.Reservation != nil && dec.Allowed {
+			s.held = dec.Reservation
 		}
 	}
 	switch {
@@ -326,14 +321,8 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 		p.reportError(ctx, d.Err)
 		switch {
 		case p.failure == FailLocal:
-			if p.budgets == nil {
-				for i := range costs {
-					costs[i] = p.cost
-				}
-			}
-			res, d.binding = p.local.Allow(d.Key, ask.Scopes, ask.Limits, costs, upTo, ask.Each)
-			d.Result = result(res)
-			d.Outcome = OutcomeLocal
+			dec = p.local.Decide(&ask)
+			d.Result, d.binding, d.Outcome = dec.Result, dec.Binding, OutcomeLocal
 		case p.failure == FailClosed && !p.dryRun:
 			d.Outcome, d.Status = OutcomeError, http.StatusServiceUnavailable
 			return d, nil
@@ -424,8 +413,8 @@ func (p *policy) requestQuotas(q *Request) ([]quota, error) {
 		return nil, pickError{err}
 	case limits == nil:
 		return p.quotas, nil
-	case len(limits)+p.inherits+p.spent > engine.MaxLimits:
-		return nil, fmt.Errorf("%w: the request picked %d limits; at most %d", core.ErrInvalidLimit, len(limits), engine.MaxLimits-p.inherits-p.spent)
+	case len(limits)+p.inherits+p.spent > core.MaxLimits:
+		return nil, fmt.Errorf("%w: the request picked %d limits; at most %d", core.ErrInvalidLimit, len(limits), core.MaxLimits-p.inherits-p.spent)
 	}
 	// The cost was checked against the policy's own limits; these are
 	// others. An invalid limit (no capacity) is core's to report.
@@ -445,24 +434,25 @@ func (p *policy) requestQuotas(q *Request) ([]quota, error) {
 
 // reservedCosts fills costs, one per limit of a request q whose last p.spent
 // limits are its budgets', with what each limit reserves: WithCost's n,
-// or the budget's estimate; and returns it with the bits of the limits
-// that take up to their cost (Budget.TakeRest).
-func (p *policy) reservedCosts(q *Request, costs []int) ([]int, uint32) {
+// or the budget's estimate; and rest with which limits take up to their
+// cost (Budget.TakeRest). It returns them, rest nil when none does.
+func (p *policy) reservedCosts(q *Request, costs []int, rest []bool) ([]int, []bool) {
 	tail := len(costs) - p.spent
 	for i := range costs[:tail] {
-		costs[i] = p.cost
+		costs[i], rest[i] = p.cost, false
 	}
-	var upTo uint32
+	any := false
 	for _, b := range p.budgets {
 		n := p.estimate(q, b)
 		for i := tail + b.at; i < tail+b.at+b.n; i++ {
-			costs[i] = n
-			if b.TakeRest && n > 0 {
-				upTo |= 1 << i
-			}
+			costs[i], rest[i] = n, b.TakeRest && n > 0
+			any = any || rest[i]
 		}
 	}
-	return costs, upTo
+	if !any {
+		rest = nil
+	}
+	return costs, rest
 }
 
 // reportError logs a Redis error at error level, at most once a
@@ -488,9 +478,9 @@ func (p *policy) reportDryRun(ctx context.Context, res core.Result) {
 
 // holdsSlots reports whether a limit holds slots in flight (Concurrency),
 // which only a reservation may take.
-func holdsSlots(limits []engine.Limit) bool {
+func holdsSlots(limits []core.Limit) bool {
 	for _, l := range limits {
-		if l.Algorithm == engine.Concurrency {
+		if l.Algorithm == core.Concurrency {
 			return true
 		}
 	}
@@ -522,21 +512,6 @@ func hashLong(key string) string {
 	}
 	sum := sha256.Sum256([]byte(key))
 	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// engineLimits returns limits as the engine takes them.
-func engineLimits(limits []core.Limit) []engine.Limit {
-	out := make([]engine.Limit, len(limits))
-	for i, l := range limits {
-		out[i] = engine.Limit(l)
-	}
-	return out
-}
-
-// result returns the engine's result as core's.
-func result(r engine.Result) core.Result {
-	return core.Result{Limit: core.Limit(r.Limit), Allowed: r.Allowed, Remaining: r.Remaining, RetryAfter: r.RetryAfter,
-		ResetAfter: r.ResetAfter, NextAfter: r.NextAfter, Delay: r.Delay, Cached: r.Cached}
 }
 
 // formatLimits writes limits as core.ParseLimits reads them.

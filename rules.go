@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/engine"
 	rulepattern "github.com/redlimit/redlimit/internal/pattern"
 	"github.com/redlimit/redlimit/internal/policyconf"
 )
@@ -180,7 +179,7 @@ type RuleSet struct {
 	tierLog throttle // tiers not found
 	lim     *core.Limiter
 	conf    options                   // the options of every rule, checked by NewRuleSet
-	local   *engine.Local             // FailLocal's, one for the set, whatever its updates
+	local   *core.Local               // FailLocal's, one for the set, whatever its updates
 	table   atomic.Pointer[ruleTable] // what requests are matched against; never nil once built
 }
 
@@ -208,15 +207,15 @@ func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error
 	if c.Limits != nil || len(c.Rest.also) > 0 {
 		return nil, errors.New("redlimit: WithAlso and WithRequestLimits are not for rules: write the limits in the rule")
 	}
-	if !(*engine.Limiter)(lim).Ready() {
-		return nil, engine.NotReady("redlimit: NewRuleSet")
+	if err := lim.Validate(); err != nil {
+		return nil, fmt.Errorf("redlimit: NewRuleSet: %w", err)
 	}
-	rs := &RuleSet{lim: lim, conf: c, tier: c.Rest.tier, log: (*engine.Limiter)(lim).Logger()}
+	rs := &RuleSet{lim: lim, conf: c, tier: c.Rest.tier, log: lim.Logger()}
 	if rs.log == nil {
 		rs.log = slog.Default()
 	}
 	if c.Rest.failure == FailLocal {
-		rs.local = (*engine.Limiter)(lim).Fallback(localKeys) // one FailLocal state for the set, as its Redis state is one
+		rs.local = lim.Local(localKeys) // one FailLocal state for the set, as its Redis state is one
 	}
 	t, err := rs.build(rules)
 	if err != nil {
@@ -424,8 +423,8 @@ func (t *ruleTable) add(lim *core.Limiter, pattern, spec string, c options) (p *
 	}
 	if all := t.catchAll; all != nil { // decided together with the catch-all, under its budgets
 		own := p.quotas[:len(p.quotas)-p.spent]
-		if len(all.quotas)+len(own) > engine.MaxLimits {
-			return nil, fmt.Errorf("%d limits with the catch-all's; at most %d", len(all.quotas)+len(own), engine.MaxLimits)
+		if len(all.quotas)+len(own) > core.MaxLimits {
+			return nil, fmt.Errorf("%d limits with the catch-all's; at most %d", len(all.quotas)+len(own), core.MaxLimits)
 		}
 		inherits := len(all.quotas) - all.spent
 		quotas := append(all.quotas[:inherits:inherits], own...)

@@ -4,8 +4,10 @@
 # as on an idle one, so two versions of a script can be compared exactly.
 #
 #   ./scriptcost.sh SCRIPT.lua NKEYS ARG...    # e.g. a GCRA decision:
-#   go run ./cmd/luadump one gcra > /tmp/gcra.lua
-#   ./scriptcost.sh /tmp/gcra.lua 1 "" "" 1 gcra 1000 1 1000000000
+#   ./scriptcost.sh ../lua/scripts/gcra.lua 1 d "" "" 0 1 0 gcra 1000 1 1000000000
+#
+# The scripts Redis runs are the files in lua/scripts; their ARGV is
+# internal/wire's (a kind, then the call's arguments).
 #
 # It starts redis-server under callgrind on a free loopback port, sends
 # 10 000 and then 30 000 calls from redis-benchmark (keys k{0}..k{9999}),

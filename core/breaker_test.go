@@ -175,7 +175,7 @@ func TestBreakerProbesInBackground(t *testing.T) {
 	baseline := takeGoroutines()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { rdb.Close() })
-	lim := core.New(rdb, core.WithTimeout(20*time.Millisecond), core.WithBreaker(50*time.Millisecond),
+	lim := core.New(rdb, core.WithTimeout(20*time.Millisecond), core.WithBreaker(50*time.Millisecond), core.WithLinger(10*time.Millisecond),
 		core.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	l := core.PerHour(1_000_000)
 	ctx := context.Background()

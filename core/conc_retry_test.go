@@ -33,9 +33,9 @@ func TestConcurrencyReleaseRetried(t *testing.T) {
 	prefix := uniquePrefix()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
-	lim := core.New(rdb, core.WithPrefix(prefix), core.WithTimeout(50*time.Millisecond),
+	lim := core.New(rdb, core.WithPrefix(prefix), core.WithTimeout(50*time.Millisecond), core.WithLinger(10*time.Millisecond),
 		core.WithBreaker(100*time.Millisecond), core.WithLogger(slog.New(slog.DiscardHandler)))
-	peek := core.New(srv.Client(t), patient, core.WithPrefix(prefix), core.WithDenyCache(0))
+	peek := core.New(srv.Client(t), patient, core.WithPrefix(prefix), core.WithDenyCache(0), core.WithLinger(10*time.Millisecond))
 	conc := concLimit(t, "2 concurrent lease=30s")
 	bucket := concLimit(t, "100/h token_bucket")
 	limits := []core.Limit{conc, bucket}
@@ -117,7 +117,6 @@ func TestConcurrencyReleaseRetried(t *testing.T) {
 	if st.FailedSettlements != 2 || st.RetriedReleases != 2 || st.AbandonedReleases != 0 {
 		t.Fatalf("%+v, want 2 failed settlements, 2 releases retried, none abandoned", st)
 	}
-	peek.SetLinger(10 * time.Millisecond)
 	checkGoroutines(t, lim, baseline)
 }
 
@@ -135,7 +134,7 @@ func TestConcurrencyReleaseAbandoned(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
 		t.Cleanup(func() { rdb.Close() })
 		baseline := takeGoroutines()
-		lim := core.New(rdb, core.WithTimeout(time.Second), core.WithBreaker(50*time.Millisecond), quiet)
+		lim := core.New(rdb, core.WithTimeout(time.Second), core.WithBreaker(50*time.Millisecond), quiet, core.WithLinger(10*time.Millisecond))
 		limits := []core.Limit{concLimit(t, "1 concurrent lease=400ms"), core.PerHour(10)}
 		r := concReserve(t, lim, "k", limits, 1)
 		plain := concReserve(t, lim, "k", limits[1:], 1)

@@ -176,8 +176,8 @@ func TestUnansweredReservationStall(t *testing.T) {
 	l := concLimit(t, "20 concurrent lease=1m")
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
-	lim := core.New(rdb, core.WithPrefix(prefix), core.WithLogger(slog.New(slog.DiscardHandler)))
-	peek := core.New(srv.Client(t), patient, core.WithPrefix(prefix), core.WithDenyCache(0))
+	lim := core.New(rdb, core.WithPrefix(prefix), core.WithLogger(slog.New(slog.DiscardHandler)), core.WithLinger(10*time.Millisecond))
+	peek := core.New(srv.Client(t), patient, core.WithPrefix(prefix), core.WithDenyCache(0), core.WithLinger(10*time.Millisecond))
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	var failed atomic.Int64
@@ -213,7 +213,5 @@ func TestUnansweredReservationStall(t *testing.T) {
 	took := awaitAllFree(t, peek, "k", l)
 	st := lim.Stats()
 	t.Logf("%d decisions failed; %+v; all free %v after the workers stopped", failed.Load(), st, took.Round(time.Millisecond))
-	lim.SetLinger(10 * time.Millisecond)
-	peek.SetLinger(10 * time.Millisecond)
 	checkGoroutines(t, lim, baseline)
 }

@@ -1009,8 +1009,8 @@ func TestConcurrencyReleaseWhileStopped(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
 	const timeout = 50 * time.Millisecond
-	lim := core.New(rdb, core.WithPrefix(prefix), core.WithTimeout(timeout))
-	peek := core.New(srv.Client(t), patient, core.WithPrefix(prefix))
+	lim := core.New(rdb, core.WithPrefix(prefix), core.WithTimeout(timeout), core.WithLinger(10*time.Millisecond))
+	peek := core.New(srv.Client(t), patient, core.WithPrefix(prefix), core.WithLinger(10*time.Millisecond))
 	l := concLimit(t, "3 concurrent lease=1m")
 	limits := []core.Limit{l}
 
@@ -1072,7 +1072,6 @@ func TestConcurrencyReleaseWhileStopped(t *testing.T) {
 	if free := freeSlots(t, peek, "k", l); free != l.Rate {
 		t.Fatalf("b released: %d free, want %d", free, l.Rate)
 	}
-	peek.SetLinger(10 * time.Millisecond)
 	checkGoroutines(t, lim, baseline)
 }
 

@@ -303,7 +303,6 @@ func takeGoroutines() goroutines {
 // leaves out.)
 func checkGoroutines(t *testing.T, lim *core.Limiter, baseline goroutines) {
 	t.Helper()
-	lim.SetLinger(10 * time.Millisecond)
 	deadline := time.Now().Add(10 * time.Second) // go-redis's own read timeout is 3 s
 	for {
 		var extra []string

@@ -1,14 +1,17 @@
 package core
 
 import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
-
-	"github.com/redlimit/redlimit/internal/engine"
 )
 
 // Algorithm names a rate-limiting algorithm. It is also part of the Redis key,
 // so switching a limit's algorithm starts from fresh state.
-type Algorithm = engine.Algorithm
+type Algorithm string
 
 // The algorithms. The zero Algorithm ("") means GCRA.
 const (
@@ -47,6 +50,32 @@ const (
 	// free, from how long the key's slots were held lately, never later
 	// than the lease end that frees one (docs/lifecycle.md).
 	Concurrency Algorithm = "concurrency"
+)
+
+// MaxCount bounds a Limit's Rate and Burst, and a settlement's cost: a
+// uint32's range (Envoy's requests_per_unit is one), or int's where int is
+// smaller. Validate refuses the limits whose state the scripts cannot
+// count exactly. It is also the most the HTTP layer charges one request
+// (WithMaxCost's default) and envoyrls one descriptor.
+const MaxCount = min(math.MaxInt, math.MaxUint32)
+
+// Bounds of a Limit's other fields.
+const (
+	// maxMembers bounds what one script call may add to or take from a
+	// sorted set, and so the server's time for it (about 1 µs a member,
+	// docs/algorithms.md#the-cost-of-one-call): a Concurrency limit's Rate
+	// (each slot held is a member), a SlidingLog's Rate (each event in the
+	// window is one), and the slots and log entries one decision takes.
+	maxMembers     = 10_000
+	maxDebt        = 1 << 50 * time.Microsecond // MaxDebt's bound, about 35 years: keeps every value exact
+	minPeriod      = time.Millisecond           // Redis key TTLs are whole milliseconds
+	defaultBuckets = 10                         // a SlidingWindow's Buckets when 0
+	defaultLease   = time.Minute                // a Concurrency limit's Period when ParseLimit reads none
+	maxBuckets     = 100                        // bounds a SlidingWindow key's size and the script's work
+	// exactMax bounds every integer the scripts hold: Lua numbers are
+	// doubles, exact up to 2^53. Half of that leaves room for the clock
+	// (about 2^51 µs since 1970).
+	exactMax = 1 << 52
 )
 
 // Limit says how many events are allowed over what time, and how.
@@ -140,18 +169,233 @@ func PerMinute(rate int) Limit { return Limit{Rate: rate, Period: time.Minute} }
 // PerHour returns a GCRA limit of rate events per hour, bursts up to rate.
 func PerHour(rate int) Limit { return Limit{Rate: rate, Period: time.Hour} }
 
+// algorithm returns the effective algorithm: "" is GCRA.
+func (l Limit) algorithm() Algorithm {
+	if l.Algorithm == "" {
+		return GCRA
+	}
+	return l.Algorithm
+}
+
 // Capacity returns how many events can pass at once: Burst, or Rate when
 // Burst is 0. It is the most Result.Remaining can be, and what the HTTP
 // layer sends as X-RateLimit-Limit.
-func (l Limit) Capacity() int { return engine.Limit(l).Capacity() }
+func (l Limit) Capacity() int {
+	if l.Burst == 0 {
+		return l.Rate
+	}
+	return l.Burst
+}
 
 // Validate reports whether the limit can be enforced. Its errors wrap
 // ErrInvalidLimit and say what is wrong.
-func (l Limit) Validate() error { return engine.Limit(l).Validate() }
+func (l Limit) Validate() error {
+	d := l.descriptor()
+	var err error
+	switch {
+	case d == nil:
+		err = fmt.Errorf("unknown algorithm %q (want one of %s)", l.Algorithm, algorithmNames())
+	case l.Rate <= 0:
+		err = fmt.Errorf("rate %d must be positive", l.Rate)
+	case l.Rate > MaxCount:
+		err = fmt.Errorf("rate %d is above the maximum %d", l.Rate, MaxCount)
+	case l.Period < minPeriod:
+		err = fmt.Errorf("period %v must be at least %v", l.Period, minPeriod)
+	case l.Period%time.Microsecond != 0:
+		err = fmt.Errorf("period %v must be whole microseconds", l.Period)
+	case l.Burst < 0:
+		err = fmt.Errorf("burst %d must not be negative (0 means rate)", l.Burst)
+	case l.Burst > MaxCount:
+		err = fmt.Errorf("burst %d is above the maximum %d", l.Burst, MaxCount)
+	case l.Prefetch < 0:
+		err = fmt.Errorf("prefetch %d must not be negative (0 means none)", l.Prefetch)
+	case l.Prefetch > l.Capacity():
+		err = fmt.Errorf("prefetch %d is above the %d events that can pass at once", l.Prefetch, l.Capacity())
+	case !validUnit(l.Unit):
+		err = fmt.Errorf("unit %q must be lowercase letters, digits, '_' or '-', at most %d bytes", l.Unit, maxUnitLen)
+	case l.Algorithm == Concurrency && l.Rate > maxMembers:
+		err = fmt.Errorf("a concurrency limit holds at most %d slots, not %d (each is a member of a sorted set that one script call may have to add or remove)", maxMembers, l.Rate)
+	case l.Algorithm == SlidingLog && l.Rate > maxMembers:
+		err = fmt.Errorf("a sliding_log keeps one entry per event in its window: at most %d, not %d (for more, use sliding_window or gcra)", maxMembers, l.Rate)
+	case l.MaxDebt < 0 || l.MaxDebt > maxDebt || l.MaxDebt%time.Microsecond != 0:
+		err = fmt.Errorf("max_debt %v must be whole microseconds from 0 (one period) to %v", l.MaxDebt, maxDebt)
+	case d.window && l.Burst != 0 && l.Burst != l.Rate:
+		err = fmt.Errorf("%s allows rate events per window; burst %d must be 0 or equal to rate %d",
+			l.algorithm(), l.Burst, l.Rate)
+	default:
+		err = l.checkKnobs(d)
+		if err == nil && d.check != nil {
+			err = d.check(l)
+		}
+		if span := d.span(l); err == nil && span > exactMax {
+			err = spanError(l, d, span)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidLimit, err)
+	}
+	return nil
+}
+
+// debt returns how long, in µs, one charge may leave the limit's state in
+// debt past its full allowance coming back: MaxDebt, or one Period.
+func (l Limit) debt() int64 {
+	if l.MaxDebt == 0 {
+		return micros(l.Period)
+	}
+	return micros(l.MaxDebt)
+}
+
+// spanError says why l, whose state would hold span, is refused (its
+// script cannot count it exactly), and how to fix it.
+func spanError(l Limit, d *descriptor, span float64) error {
+	p := micros(l.Period)
+	var why, fix string
+	switch {
+	case !d.window: // the buckets and GCRA count time: period/gcd units an event
+		g := gcd(p, int64(l.Rate))
+		why = fmt.Sprintf("burst %d times the %d units each event counts: the period, %d µs, over its common factor with the rate, %d",
+			l.Capacity(), p/g, p, g)
+		fix = "a shorter period with a rate to match"
+		if perSecond := float64(l.Rate) * 1e6 / float64(p); l.Period > time.Second && perSecond >= 1 {
+			fix += fmt.Sprintf(" (%d/s is about the same rate)", int64(perSecond))
+		}
+		fix += ", a smaller burst, or a fixed_window, which counts events, not time"
+	case l.algorithm() == SlidingWindow && float64(p) < span:
+		why = fmt.Sprintf("three times rate %d (the most a window holds in debt) times a sub-bucket's %d µs", l.Rate, p/int64(l.buckets()))
+		fix = "more buckets, a shorter period or a lower rate"
+	default:
+		why = fmt.Sprintf("the period, %d µs", p)
+		fix = "a shorter period"
+	}
+	return fmt.Errorf("%v cannot be counted exactly: its state would reach %.4g (%s), above 2^52; Lua counts exactly only up to 2^53, its numbers being doubles, and the clock takes the rest. Take %s",
+		l, span, why, fix)
+}
+
+// buckets returns the effective SlidingWindow sub-bucket count.
+func (l Limit) buckets() int {
+	if l.Buckets == 0 {
+		return defaultBuckets
+	}
+	return l.Buckets
+}
 
 // String formats the limit in the grammar ParseLimit reads, so that
 // ParseLimit(l.String()) returns l for every valid l.
-func (l Limit) String() string { return engine.Limit(l).String() }
+func (l Limit) String() string {
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(l.Rate))
+	switch {
+	case l.Algorithm == Concurrency:
+		b.WriteString(" concurrent")
+		if l.Period != defaultLease {
+			b.WriteString(" lease=")
+			b.WriteString(formatPeriod(l.Period, periodUnits))
+		}
+	case l.Calendar != "" && l.Period == month:
+		b.WriteString("/month") // not a duration: the calendar's
+	default:
+		b.WriteByte('/')
+		b.WriteString(formatPeriod(l.Period, periodUnits))
+	}
+	if l.Algorithm != "" && l.Algorithm != Concurrency {
+		b.WriteByte(' ')
+		b.WriteString(string(l.Algorithm))
+	}
+	if l.Burst != 0 {
+		b.WriteString(" burst=")
+		b.WriteString(strconv.Itoa(l.Burst))
+	}
+	if l.Buckets != 0 {
+		b.WriteString(" buckets=")
+		b.WriteString(strconv.Itoa(l.Buckets))
+	}
+	if l.Stepped {
+		b.WriteString(" stepped")
+	}
+	if l.Shape {
+		b.WriteString(" shape")
+	}
+	if l.MaxDelay != 0 {
+		b.WriteString(" max_delay=")
+		b.WriteString(formatPeriod(l.MaxDelay, periodUnits))
+	}
+	switch l.Calendar {
+	case "":
+	case "UTC":
+		b.WriteString(" calendar")
+	default:
+		b.WriteString(" calendar=")
+		b.WriteString(l.Calendar)
+	}
+	if l.Prefetch != 0 {
+		b.WriteString(" prefetch=")
+		b.WriteString(strconv.Itoa(l.Prefetch))
+	}
+	if l.Unit != "" {
+		b.WriteString(" unit=")
+		b.WriteString(l.Unit)
+	}
+	if l.MaxDebt != 0 {
+		b.WriteString(" max_debt=")
+		b.WriteString(formatPeriod(l.MaxDebt, periodUnits))
+	}
+	return b.String()
+}
+
+// maxUnitLen bounds a Unit's name, which every key of the limit carries.
+const maxUnitLen = 32
+
+// validUnit reports whether u can name a Limit's unit: "" or a word of
+// lowercase letters, digits, '_' and '-'.
+func validUnit(u string) bool {
+	if len(u) > maxUnitLen {
+		return false
+	}
+	for i := 0; i < len(u); i++ {
+		if c := u[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// periodUnit is a period unit of the grammar.
+type periodUnit struct {
+	name string
+	d    time.Duration
+}
+
+// Calendar periods: a day, a week, and the mean Gregorian month (365.2425
+// days / 12), which is what a "month" Limit's Period holds.
+const (
+	day   = 24 * time.Hour
+	week  = 7 * day
+	month = 2_629_746 * time.Second
+)
+
+// periodUnits are the units String writes, tried largest first. keyUnits
+// are the units of a period in a Redis key: no weeks or days, so that the
+// keys of a "24h" limit written before "d" existed stay the same.
+var (
+	periodUnits = []periodUnit{{"w", week}, {"d", day}, {"h", time.Hour}, {"m", time.Minute}, {"s", time.Second}, {"ms", time.Millisecond}, {"us", time.Microsecond}}
+	keyUnits    = periodUnits[2:]
+)
+
+// formatPeriod writes d in the largest of units that divides it, omitting
+// a count of 1: "h", "10s", "1500us". Other durations use time.Duration's
+// form.
+func formatPeriod(d time.Duration, units []periodUnit) string {
+	for _, u := range units {
+		if d > 0 && d%u.d == 0 {
+			if n := d / u.d; n != 1 {
+				return strconv.FormatInt(int64(n), 10) + u.name
+			}
+			return u.name
+		}
+	}
+	return d.String()
+}
 
 // ParseLimit reads a limit written as
 //
@@ -181,9 +425,148 @@ func (l Limit) String() string { return engine.Limit(l).String() }
 // The result is validated: errors wrap ErrInvalidLimit and name the part of
 // s that is wrong.
 func ParseLimit(s string) (Limit, error) {
-	l, err := engine.ParseLimit(s)
-	return Limit(l), err
+	fields := strings.Fields(s)
+	if len(fields) == 0 {
+		return Limit{}, fmt.Errorf("%w: empty limit (want RATE/PERIOD, e.g. \"100/m\")", ErrInvalidLimit)
+	}
+	bad := func(format string, args ...any) (Limit, error) {
+		return Limit{}, fmt.Errorf("%w: %q: %s", ErrInvalidLimit, s, fmt.Sprintf(format, args...))
+	}
+
+	var l Limit
+	var err error
+	rate, period, perPeriod := strings.Cut(fields[0], "/")
+	switch {
+	case !perPeriod && len(fields) > 1 && fields[1] == "concurrent":
+		l.Algorithm, l.Period = Concurrency, defaultLease
+		fields = fields[1:]
+	case !perPeriod:
+		return bad("want RATE/PERIOD, e.g. \"100/m\", or RATE concurrent")
+	}
+	if l.Rate, err = parseCount(rate); err != nil {
+		return bad("rate %v", err)
+	}
+	monthly := perPeriod && (period == "month" || period == "1month")
+	switch {
+	case monthly:
+		l.Period = month
+	case perPeriod:
+		if l.Period, err = parsePeriod(period); err != nil {
+			return bad("period %v", err)
+		}
+	}
+	seen := make(map[string]bool, len(fields)-1)
+	for _, f := range fields[1:] {
+		name, value, hasValue := strings.Cut(f, "=")
+		if _, known := algorithms[Algorithm(f)]; known && f != string(Concurrency) {
+			name = "algorithm"
+		}
+		if seen[name] {
+			return bad("%s given twice", name)
+		}
+		seen[name] = true
+		switch {
+		case name == "algorithm" && l.Algorithm == Concurrency:
+			return bad("%q: a concurrency limit has no other algorithm", f)
+		case name == "algorithm":
+			l.Algorithm = Algorithm(f)
+		case name == "burst" && hasValue:
+			l.Burst, err = parseCount(value)
+		case name == "buckets" && hasValue:
+			l.Buckets, err = parseCount(value)
+		case name == "max_delay" && hasValue:
+			l.MaxDelay, err = parsePeriod(value)
+		case name == "max_debt" && hasValue:
+			l.MaxDebt, err = parsePeriod(value)
+		case name == "prefetch" && hasValue:
+			l.Prefetch, err = parseCount(value)
+		case name == "unit" && hasValue:
+			if l.Unit = value; value == "" || !validUnit(value) {
+				err = fmt.Errorf("%q must be a word of lowercase letters, digits, '_' or '-'", value)
+			}
+		case name == "lease" && hasValue && l.Algorithm == Concurrency:
+			l.Period, err = parsePeriod(value)
+		case name == "calendar" && !hasValue:
+			l.Calendar = "UTC"
+		case name == "calendar" && value != "":
+			l.Calendar = value
+		case f == "stepped":
+			l.Stepped = true
+		case f == "shape":
+			l.Shape = true
+		default:
+			return bad("unknown option %q (want an algorithm: %s; or burst=N, buckets=N, stepped, shape, max_delay=DURATION, calendar[=ZONE], prefetch=N, unit=NAME, max_debt=DURATION; a concurrency limit takes lease=DURATION)", f, algorithmNames())
+		}
+		if err != nil {
+			return bad("%s %v", name, err)
+		}
+	}
+	switch {
+	case l.Calendar != "" && l.Algorithm == "":
+		l.Algorithm = FixedWindow
+	case monthly && l.Calendar == "":
+		return bad("a month is a period only on the calendar: add \"calendar\" (\"%s/month fixed_window calendar\")", rate)
+	}
+	if err := l.Validate(); err != nil {
+		return Limit{}, fmt.Errorf("%q: %w", s, err)
+	}
+	return l, nil
 }
+
+// parseCount reads a positive decimal integer no larger than MaxCount.
+func parseCount(s string) (int, error) {
+	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, fmt.Errorf("%q must be a positive integer", s)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n > MaxCount {
+		return 0, fmt.Errorf("%q is above the maximum %d", s, MaxCount)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("must be positive, not 0")
+	}
+	return n, nil
+}
+
+// parsePeriod reads a positive Go duration, or a whole number of days or
+// weeks, whose leading 1 may be omitted.
+func parsePeriod(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, errors.New("is missing (want e.g. \"s\", \"10s\", \"500ms\", \"d\", \"w\")")
+	}
+	if c := s[0]; c < '0' || c > '9' {
+		if c == '-' || c == '+' || c == '.' {
+			return 0, fmt.Errorf("%q must be a positive duration", s)
+		}
+		s = "1" + s
+	}
+	for _, u := range periodUnits[:2] { // days and weeks: whole numbers of them
+		count, ok := strings.CutSuffix(s, u.name)
+		if !ok || strings.TrimLeft(count, "0123456789") != "" {
+			continue
+		}
+		n, err := strconv.ParseInt(count, 10, 64)
+		if err != nil || n > int64(maxPeriod/u.d) {
+			return 0, fmt.Errorf("%q is too long", s)
+		}
+		if n == 0 {
+			return 0, fmt.Errorf("%q must be positive", s)
+		}
+		return time.Duration(n) * u.d, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration with a unit (us, ms, s, m, h, d, w)", s)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%q must be positive", s)
+	}
+	return d, nil
+}
+
+// maxPeriod bounds a period in days so that the count cannot overflow;
+// Validate bounds it more tightly.
+const maxPeriod = time.Duration(1<<63 - 1)
 
 // ParseLimits reads several limits for one key, separated by commas, each
 // in ParseLimit's grammar: "10/s, 1000/h", "20/s token_bucket burst=40,
@@ -191,25 +574,20 @@ func ParseLimit(s string) (Limit, error) {
 // two of which would share state (the same algorithm, period and unit). Errors
 // wrap ErrInvalidLimit and name the limit that is wrong.
 func ParseLimits(s string) ([]Limit, error) {
-	limits, err := engine.ParseLimits(s)
-	if err != nil {
-		return nil, err
+	parts := strings.Split(s, ",")
+	limits := make([]Limit, 0, len(parts))
+	for i, part := range parts {
+		if strings.TrimSpace(part) == "" {
+			return nil, fmt.Errorf("%w: %q: limit %d of %d is empty (want e.g. \"10/s, 1000/h\")", ErrInvalidLimit, s, i+1, len(parts))
+		}
+		l, err := ParseLimit(part)
+		if err != nil {
+			return nil, err
+		}
+		limits = append(limits, l)
 	}
-	out := make([]Limit, len(limits))
-	for i, l := range limits {
-		out[i] = Limit(l)
+	if err := CheckLimits(nil, limits); err != nil {
+		return nil, fmt.Errorf("%q: %w", s, err)
 	}
-	return out, nil
-}
-
-// convert converts limits for the engine: into buf when they fit.
-func convert(ls []Limit, buf *[engine.MaxLimits]engine.Limit) []engine.Limit {
-	out := buf[:0]
-	if len(ls) > len(buf) {
-		out = make([]engine.Limit, 0, len(ls))
-	}
-	for _, l := range ls {
-		out = append(out, engine.Limit(l))
-	}
-	return out
+	return limits, nil
 }

@@ -2,20 +2,20 @@ package core
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redlimit/redlimit/internal/engine"
+	"github.com/redlimit/redlimit/internal/transport"
 )
 
-// DefaultTimeout bounds each decision unless WithTimeout says otherwise.
-const DefaultTimeout = 100 * time.Millisecond
-
-// DefaultDenyCacheKeys is how many denied decisions a Limiter remembers
-// unless WithDenyCache says otherwise: at most about 5 MB.
-const DefaultDenyCacheKeys = 10_000
+// maxKeyLen is the longest key, in bytes, a Limiter accepts.
+const maxKeyLen = 1024
 
 // Limiter makes rate-limit decisions, each one atomic Lua script on Redis.
 //
@@ -37,93 +37,21 @@ const DefaultDenyCacheKeys = 10_000
 // State lives under keys named "<prefix>{<key>}:<algorithm>:<period>", so
 // a limit whose Rate or Burst changes keeps its state, and limits of
 // different periods or algorithms on one key keep apart.
-type Limiter engine.Limiter
-
-// e is the engine's Limiter l is.
-func (l *Limiter) e() *engine.Limiter { return (*engine.Limiter)(l) }
-
-// Option configures a Limiter in New.
-type Option func(*options)
-
-// options are the settings New reads.
-type options = engine.Config
-
-// WithPrefix sets the string every Redis key starts with; the default is
-// "redlimit:", and "" means none. Limiters with different prefixes never
-// share state: give each app, or each instance for limits per instance,
-// its own. In key names its '%', '{', '}' and every ':' but a final one
-// are written as %25, %7B, %7D and %3A, so that it can neither move the
-// Cluster hash tag off the key nor pass for another prefix and a scope:
-// "redlimit:" stays, "redlimit:pod-7:" is written "redlimit%3Apod-7:".
-func WithPrefix(prefix string) Option {
-	return func(c *options) { c.Prefix = prefix }
-}
-
-// WithClock makes the Limiter read time from now and pass it to the
-// scripts, instead of each script reading the Redis server's clock (TIME),
-// which is the default; nil restores the default. Use it for deterministic
-// tests: every process sharing keys must otherwise have closely
-// synchronised clocks.
-func WithClock(now func() time.Time) Option {
-	return func(c *options) { c.Clock = now }
-}
-
-// WithTimeout bounds each decision: past d without an answer from Redis, it
-// returns an error wrapping ErrTimeout and context.DeadlineExceeded. The
-// default is DefaultTimeout; 0 (or less) means none, so that only the
-// context bounds a decision. The context always does, whichever ends first.
-func WithTimeout(d time.Duration) Option {
-	return func(c *options) { c.Timeout = max(0, d) }
-}
-
-// WithBatchScript sets whether a batch of decisions sent to a single Redis
-// server goes as one call of a script that makes each decision in turn
-// (each stays atomic and independent), and on a Cluster whether the
-// decisions of one key do. The default is on; turn it off behind a proxy
-// that routes a script by its first key (twemproxy, Envoy's Redis proxy).
-func WithBatchScript(on bool) Option {
-	return func(c *options) { c.BatchScript = on }
-}
-
-// WithDenyCache sets how many denied keys the Limiter remembers, to answer
-// them in process until their RetryAfter instead of asking Redis again.
-// The default is DefaultDenyCacheKeys; 0 (or less) turns the cache off.
-// When full, it forgets the least recently denied key.
-func WithDenyCache(keys int) Option {
-	return func(c *options) { c.DenyKeys = max(0, keys) }
-}
-
-// WithDenyCacheMaxAge bounds how long the deny cache answers for a key
-// without asking Redis, whatever its RetryAfter: a Reset or a raised limit
-// through another Limiter takes effect here within it. The default is 1 s;
-// 0 (or less) turns the cache off.
-func WithDenyCacheMaxAge(d time.Duration) Option {
-	return func(c *options) { c.DenyMaxAge = max(0, d) }
-}
-
-// WithBreaker sets how long decisions must keep failing (at least three
-// in a row, no success between) before the Limiter stops asking Redis and
-// fails them at once with an error wrapping ErrUnavailable, while it
-// probes Redis itself (a script call of its own every 250 ms, in the
-// background: no decision waits on it) until it answers. On a Cluster or
-// Ring each node has a breaker of its own, so a failing node fails only
-// the decisions on its keys. Failing means no answer (a timeout, a
-// connection error) or a reply that says the server cannot serve now
-// (LOADING, BUSY, OOM and the like; docs/engine.md lists them); an error
-// reply about the decision itself, such as WRONGTYPE on its key, is that
-// decision's alone and counts as an answer. The default is 500 ms; 0 (or
-// less) turns the breaker off.
-func WithBreaker(after time.Duration) Option {
-	return func(c *options) { c.BreakerAfter = max(0, after) }
-}
-
-// WithLogger sets where the Limiter, and the HTTP policies built on it,
-// log: the breaker opening and closing, Redis errors of requests (at most
-// one line a second per policy) and dry runs. Nothing is logged per
-// decision above debug level. The default is slog.Default() when New
-// runs; nil restores it.
-func WithLogger(log *slog.Logger) Option {
-	return func(c *options) { c.Log = log }
+type Limiter struct {
+	prefix   string
+	clock    func() time.Time // nil: the Redis server's
+	timeout  time.Duration
+	log      *slog.Logger
+	tr       *transport.Transport
+	deny     *denyCache  // nil: off
+	infos    limitCache  // what each limit decided through l needs, worked out once (state.go)
+	leases   sync.Map    // prefetched allowance: a decision's cache id -> *lease (prefetch.go)
+	sweeping atomic.Bool // a goroutine sweeps leases
+	peers    peers       // how many instances share the keys, for FailLocal (peers.go)
+	releaser releaser    // frees the slots of failed settlements and decisions (release.go)
+	// fixedPrefetch and localClock: options' (tests')
+	fixedPrefetch bool
+	localClock    func() time.Time
 }
 
 // New returns a Limiter that runs its scripts on rdb: a *redis.Client,
@@ -132,11 +60,50 @@ func WithLogger(log *slog.Logger) Option {
 // if rdb is nil, a programming error better found at start-up than on the
 // first request.
 func New(rdb redis.Scripter, opts ...Option) *Limiter {
-	c := engine.DefaultConfig()
+	if rdb == nil {
+		panic("redlimit: core.New: nil redis client")
+	}
+	c := defaultOptions()
 	for _, opt := range opts {
 		opt(&c)
 	}
-	return (*Limiter)(engine.New(rdb, c))
+	l := &Limiter{prefix: escapePrefix(c.prefix), clock: c.clock, timeout: max(0, c.timeout), log: c.log,
+		fixedPrefetch: c.fixedPrefetch, localClock: c.localClock}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
+	l.peers.id = l.nextID()
+	l.tr = transport.New(rdb, transport.Config{Batch: c.batch, Senders: c.senders, BatchScript: c.batchScript,
+		BreakerAfter: c.breakerAfter, Linger: c.linger, Log: l.log, ErrTimeout: ErrTimeout, ErrUnavailable: ErrUnavailable})
+	if c.denyKeys > 0 && c.denyMaxAge > 0 {
+		l.deny = newDenyCache(c.denyKeys, c.denyMaxAge)
+	}
+	return l
+}
+
+// Validate returns nil if l was made by New, else an error that says to
+// make it so: a nil or zero Limiter makes no decision (each returns an
+// error). What takes a Limiter (redlimit.NewPolicy, the adapters,
+// grpclimit, envoyrls, roundtrip, the metrics modules) calls it, so that
+// a Limiter that cannot decide is refused where it is handed over, not
+// at every request.
+func (l *Limiter) Validate() error {
+	if l == nil || l.tr == nil {
+		return errNotReady
+	}
+	return nil
+}
+
+// errNotReady is the error of a nil or zero Limiter.
+var errNotReady = errors.New("redlimit: a nil or zero core.Limiter makes no decision: create it with core.New(rdb)")
+
+// Logger returns the logger the Limiter was given (WithLogger), or
+// slog.Default() as New found it; nil for a nil or zero Limiter.
+func (l *Limiter) Logger() *slog.Logger {
+	if l == nil {
+		return nil
+	}
+	return l.log
 }
 
 // Allow is AllowN(ctx, key, limit, 1).
@@ -155,8 +122,9 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // wraps the cause (errors.Is works): ErrTimeout, ErrUnavailable, the
 // context's error, or the client's.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	res, err := l.e().AllowN(ctx, key, engine.Limit(limit), n)
-	return result(res), err
+	limits := [1]Limit{limit}
+	d, err := l.Decide(ctx, &Request{Key: key, Limits: limits[:], N: n})
+	return d.Result, err
 }
 
 // AllowAll admits n events for key only if every limit allows them, in one
@@ -172,9 +140,8 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (R
 // allowed. An n above any limit's burst is never allowed (RetryAfter
 // InfDuration) and consumes nothing. Errors are as AllowN's.
 func (l *Limiter) AllowAll(ctx context.Context, key string, limits []Limit, n int) (Result, error) {
-	var buf [engine.MaxLimits]engine.Limit
-	res, err := l.e().AllowAll(ctx, key, convert(limits, &buf), n)
-	return result(res), err
+	d, err := l.Decide(ctx, &Request{Key: key, Limits: limits, N: n})
+	return d.Result, err
 }
 
 // Reset forgets the state of key under limit (its algorithm, variant and
@@ -182,9 +149,31 @@ func (l *Limiter) AllowAll(ctx context.Context, key string, limits []Limit, n in
 // cache forget every denial that involved it. Other limits' state for the
 // same key is untouched. It is bounded like a decision.
 func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
-	return l.e().Reset(ctx, "", key, engine.Limit(limit))
+	return l.reset(ctx, "", key, limit)
 }
 
 // Stats returns the Limiter's counters. It is cheap and safe for
 // concurrent use. A nil or zero Limiter's are all zero.
-func (l *Limiter) Stats() Stats { return Stats(l.e().Stats()) }
+func (l *Limiter) Stats() Stats {
+	if l.Validate() != nil {
+		return Stats{}
+	}
+	s := Stats{FailedSettlements: l.releaser.failed.Load(), UnansweredReservations: l.releaser.unanswered.Load(),
+		RetriedReleases: l.releaser.retried.Load(), AbandonedReleases: l.releaser.abandoned.Load()}
+	t := l.tr.Stats()
+	s.BreakerOpen, s.BreakerOpens = t.BreakerOpen, t.BreakerOpens
+	return s
+}
+
+// checkKey reports whether the Limiter can store state for key.
+func (l *Limiter) checkKey(key string) error {
+	switch {
+	case l.Validate() != nil:
+		return errNotReady
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(key) > maxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes is longer than %d; hash it first", ErrInvalidKey, len(key), maxKeyLen)
+	}
+	return nil
+}

@@ -263,7 +263,7 @@ func TestResendBatchAsSingles(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
 	refuse := &refuseHook{err: replyError("TRYAGAIN Multiple keys request during rehashing of slot"), left: 1,
-		match: func(args []any) bool { return core.IsBatchScript(args[1]) }}
+		match: core.IsBatch}
 	hold, trips := newHoldHook(false, isDecision), &roundTrips{}
 	rdb.AddHook(hold)
 	rdb.AddHook(refuse)

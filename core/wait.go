@@ -2,8 +2,21 @@ package core
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
 
-	"github.com/redlimit/redlimit/internal/engine"
+// How WaitN paces its tries.
+const (
+	// minWaitPause is the shortest pause between two tries of WaitN,
+	// whatever RetryAfter says: a denial whose RetryAfter is 0 or a few
+	// microseconds must not make a waiter spin.
+	minWaitPause = time.Millisecond
+	// waitJitterDiv and waitJitterMax bound the random extra added to a
+	// pause: up to 1/waitJitterDiv of it, and at most waitJitterMax.
+	waitJitterDiv = 8
+	waitJitterMax = 50 * time.Millisecond
 )
 
 // Wait is WaitN(ctx, key, limit, 1).
@@ -27,5 +40,106 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) error {
 // context.DeadlineExceeded at once. n = 0 returns nil. No goroutine is
 // started. It is safe for concurrent use.
 func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) error {
-	return l.e().WaitN(ctx, key, engine.Limit(limit), n)
+	if err := l.checkKey(key); err != nil {
+		return err
+	}
+	if err := limit.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case n < 0:
+		return fmt.Errorf("%w: n=%d must not be negative", ErrInvalidCost, n)
+	case n > limit.Capacity():
+		return errNeverAdmitted(limit, n)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+
+	var timer *time.Timer // made at the first sleep, reused, stopped on return
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		res, err := l.AllowN(ctx, key, limit, n)
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return ctxErr
+			}
+			return err
+		}
+
+		var pause time.Duration
+		switch {
+		case res.Allowed && res.Delay <= 0:
+			return nil
+		case res.Allowed:
+			pause = res.Delay // exact: the place in the queue
+		case res.RetryAfter == InfDuration:
+			return errNeverAdmitted(limit, n)
+		default:
+			pause = max(res.RetryAfter, minWaitPause)
+		}
+
+		jitter := time.Duration(0)
+		if !res.Allowed {
+			jitter = rand.N(min(pause/waitJitterDiv, waitJitterMax))
+		}
+		if deadline, ok := ctx.Deadline(); ok {
+			left := time.Until(deadline)
+			if pause >= left {
+				return &deadlineError{key: key, limit: limit, n: n, pause: pause, admitted: res.Allowed}
+			}
+			if pause+jitter >= left {
+				jitter = 0
+			}
+		}
+
+		if timer == nil {
+			timer = time.NewTimer(pause + jitter)
+		} else {
+			timer.Reset(pause + jitter) // since Go 1.23, no stale tick survives Reset
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if res.Allowed {
+			return nil // slept the shaping Delay
+		}
+	}
 }
+
+// errNeverAdmitted is WaitN's error for a cost above the limit's burst.
+func errNeverAdmitted(limit Limit, n int) error {
+	return fmt.Errorf("%w: WaitN(n=%d) exceeds the burst %d of %v: it can never be admitted",
+		ErrInvalidCost, n, limit.Capacity(), limit)
+}
+
+// deadlineError is WaitN's error when its context's deadline comes before
+// the events could be admitted, or served (a shaping Delay).
+type deadlineError struct {
+	key      string
+	limit    Limit
+	n        int
+	pause    time.Duration
+	admitted bool
+}
+
+func (e *deadlineError) Error() string {
+	if e.admitted {
+		return fmt.Sprintf("redlimit: WaitN(n=%d) for %q under %v: admitted, but its place in the queue, %v away, is past the context's deadline",
+			e.n, e.key, e.limit, e.pause)
+	}
+	return fmt.Sprintf("redlimit: WaitN(n=%d) for %q under %v: the next try, %v away, would be past the context's deadline",
+		e.n, e.key, e.limit, e.pause)
+}
+
+// Unwrap lets errors.Is find context.DeadlineExceeded.
+func (e *deadlineError) Unwrap() error { return context.DeadlineExceeded }

@@ -352,11 +352,12 @@ func zeroRetryDenial(t *testing.T, l core.Limit) []any {
 			t.Fatal(err)
 		}
 	}
-	// one limit's reply: {allowed, remaining, reset_after, next, retry_after, ...}
-	if len(reply) < 5 || reply[0] != int64(0) || reply[4] == int64(0) {
-		t.Fatalf("a denial replied %v; want {0, remaining, reset_after, next, retry_after > 0, ...}", reply)
+	// a decision's reply: {allowed, clock, fetched, then the limit's:
+	// allowed, remaining, retry_after, ...} (internal/wire)
+	if len(reply) != 12 || reply[0] != int64(0) || reply[5] == int64(0) {
+		t.Fatalf("a denial replied %v; want {0, clock, 0, 0, remaining, retry_after > 0, ...}", reply)
 	}
-	reply[4] = int64(0)
+	reply[5] = int64(0)
 	return reply
 }
 

@@ -21,7 +21,6 @@ import (
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/engine"
 )
 
 // Options configure a Server. The zero value is the default: fail open,
@@ -99,8 +98,8 @@ type Server struct {
 // config must not be nil; Options.Failure must be FailOpen
 // or FailClosed.
 func New(lim *core.Limiter, config *Config, opts Options) (*Server, error) {
-	if !(*engine.Limiter)(lim).Ready() {
-		return nil, engine.NotReady("envoyrls: New")
+	if err := lim.Validate(); err != nil {
+		return nil, fmt.Errorf("envoyrls: New: %w", err)
 	}
 	if config == nil {
 		return nil, errors.New("envoyrls: New: nil Config")
@@ -155,7 +154,7 @@ func (s *Server) SetConfig(c *Config) {
 // maxHits is the most one descriptor of a request may be charged: the
 // engine's largest cost, 4294967295 (a uint32's range, as the request's
 // hits_addend; a descriptor's is a uint64).
-const maxHits = engine.MaxCount
+const maxHits = core.MaxCount
 
 // verdict is one descriptor's part of an answer.
 type verdict struct {

@@ -88,7 +88,7 @@ func TestFastPathsEdges(t *testing.T) {
 		w.now = c.now
 		for _, cost := range []string{"1", "0", "2", "200"} { // written, read, denied
 			w.set(c.name, c.state, time.Minute)
-			args := append([]string{itoa(c.now), "", "0", cost, c.name}, w.limit[c.name].args...)
+			args := append([]string{"d", itoa(c.now), "", "0", cost, "0", c.name}, w.limit[c.name].args...)
 			w.compare(fmt.Sprintf("%s %v at %d, cost %s", c.name, c.state, c.now, cost), "", []string{c.name}, args)
 			w.compare(fmt.Sprintf("%s %v at %d, cost %s, again", c.name, c.state, c.now, cost), "", []string{c.name}, args)
 		}
@@ -117,15 +117,13 @@ func (w *twins) set(name string, state any, ttl time.Duration) {
 	}
 }
 
-// general returns src without the named algorithms' fast paths: quick
-// finds none, and every decision goes the general way.
-func general(t *testing.T, src string, names ...string) string {
-	for _, name := range names {
-		if _, path, _ := split(name); path != "" {
-			src = strings.Replace(src, path, "", 1)
-		}
+// general returns src without its fast paths (src/<name>_fast.lua): main's
+// quick finds none, and every decision goes the general way.
+func general(t *testing.T, src string) string {
+	for _, name := range fastAlgorithms {
+		src = strings.Replace(src, read("src/"+name+"_fast"), "", 1)
 	}
-	if strings.Contains(src, "\nif name == ") {
+	if strings.Contains(src, "\nfunction fast.") {
 		t.Fatal("a fast path is left in the general script")
 	}
 	return src
@@ -205,7 +203,7 @@ type reservation struct {
 	rid      string
 	giveBack bool // a prefetch's
 	n        int64
-	reply    []int64 // said, remaining, reset, next, retry, delay, mark, epoch, now
+	reply    []int64 // the decision's (lua/src/decide.lua)
 }
 
 func newTwins(t *testing.T, rdb *redis.Client, mini *miniredis.Miniredis, seed uint64) *twins {
@@ -215,14 +213,9 @@ func newTwins(t *testing.T, rdb *redis.Client, mini *miniredis.Miniredis, seed u
 		fast: map[string]*redis.Script{}, gen: map[string]*redis.Script{}}
 	for _, name := range fastAlgorithms {
 		w.limit[name] = limits[name][0]
-		w.fast[name], w.gen[name] = redis.NewScript(Decision(name)), redis.NewScript(general(t, Decision(name), name))
+		w.fast[name], w.gen[name] = redis.NewScript(Script(name)), redis.NewScript(general(t, Script(name)))
 	}
-	w.fast["mixed"] = redis.NewScript(Decision(fastAlgorithms...))
-	w.gen["mixed"] = redis.NewScript(general(t, Decision(fastAlgorithms...), fastAlgorithms...))
-	w.fast["batch"] = redis.NewScript(Batch(fastAlgorithms...))
-	w.gen["batch"] = redis.NewScript(general(t, Batch(fastAlgorithms...), fastAlgorithms...))
-	w.fast["settle"] = redis.NewScript(Settle(fastAlgorithms...))
-	w.gen["settle"] = w.fast["settle"]
+	w.fast["all"], w.gen["all"] = redis.NewScript(Script("all")), redis.NewScript(general(t, Script("all")))
 	for _, s := range append(slices.Collect(maps.Values(w.fast)), append(slices.Collect(maps.Values(w.gen)), stateScript)...) {
 		if err := s.Load(w.ctx, rdb).Err(); err != nil {
 			t.Fatal(err)
@@ -243,11 +236,11 @@ func (w *twins) run(steps int) {
 			w.write(w.pick())
 		case r < 60:
 			name := w.pick()
-			w.compare(fmt.Sprintf("step %d: %s", i, name), "", []string{name}, w.decision(name, 0))
+			w.compare(fmt.Sprintf("step %d: %s", i, name), "", []string{name}, append([]string{"d"}, w.decision(name, 0)...))
 		case r < 75:
 			w.batch(i)
 		case r < 82:
-			w.compare(fmt.Sprintf("step %d: both limits", i), "mixed", fastAlgorithms, w.both())
+			w.compare(fmt.Sprintf("step %d: both limits", i), "all", fastAlgorithms, append([]string{"d"}, w.both()...))
 		default:
 			w.settle(i)
 		}
@@ -310,9 +303,10 @@ func (w *twins) step() {
 }
 
 // decision returns the arguments of one decision of the named algorithm's
-// limit: its clock, a reservation id ("" mostly; one of n events if n is
-// above 0, or a prefetch's), the events a prefetch asks for, its cost, its
-// name and arguments.
+// limit (lua/src/decide.lua): its clock, a reservation id ("" mostly; one
+// of n events if n is above 0, or a prefetch's), the events a prefetch
+// asks for, its cost and whether it takes up to it, its name and
+// arguments.
 func (w *twins) decision(name string, n int64) []string {
 	l := w.limit[name]
 	clock := itoa(w.now)
@@ -333,7 +327,11 @@ func (w *twins) decision(name string, n int64) []string {
 	if rid == "" && cost >= 0 {
 		w.quicker++
 	}
-	return append([]string{clock, rid, more, itoa(cost), name}, l.args...)
+	upTo := "0"
+	if cost < 0 {
+		cost, upTo = -cost, "1"
+	}
+	return append([]string{clock, rid, more, itoa(cost), upTo, name}, l.args...)
 }
 
 // both returns a decision of every fast algorithm's limit at once.
@@ -348,13 +346,14 @@ func (w *twins) both() []string {
 // batch compares a batch call of up to five decisions and settlements.
 func (w *twins) batch(i int) {
 	var args, names []string
+	args = append(args, "b")
 	for range 1 + w.rng.IntN(5) {
 		name := w.pick()
 		d := w.decision(name, 0)
-		args = append(append(args, "1", strconv.Itoa(len(d))), d...)
+		args = append(append(args, "d", "1", strconv.Itoa(len(d))), d...)
 		names = append(names, name)
 	}
-	w.compare(fmt.Sprintf("step %d: a batch", i), "batch", names, args)
+	w.compare(fmt.Sprintf("step %d: a batch", i), "all", names, args)
 }
 
 // settle makes a reservation or a prefetch and later settles one.
@@ -367,10 +366,10 @@ func (w *twins) settle(i int) {
 		if fetch {
 			args[2], args[3] = itoa(1+w.rng.Int64N(4)), itoa(n) // a prefetch of more than n
 		}
-		reply := w.compare(fmt.Sprintf("step %d: a reservation", i), "", []string{name}, args)
-		if len(reply) == 9 && reply[0] > 0 {
+		reply := w.compare(fmt.Sprintf("step %d: a reservation", i), "", []string{name}, append([]string{"d"}, args...))
+		if reply[0] == 1 {
 			if fetch {
-				n += reply[0] - 1 // a give-back of what it took
+				n += reply[2] // a give-back of what it took
 			}
 			w.reservations = append(w.reservations, reservation{w.limit[name], args[1], fetch, n, reply})
 		}
@@ -385,9 +384,11 @@ func (w *twins) settle(i int) {
 		delta, giveBack = -1-w.rng.Int64N(r.n), "1"
 	}
 	debt := []string{"1000000", "1", "60000000"}[w.rng.IntN(3)]
-	args := []string{itoa(w.now), r.rid, itoa(r.reply[8]), giveBack, itoa(delta), itoa(r.n),
-		itoa(r.reply[2]), itoa(r.reply[6]), itoa(r.reply[7]), debt, r.limit.name}
-	w.compare(fmt.Sprintf("step %d: a settlement", i), "settle", []string{r.limit.name}, append(args, r.limit.args...))
+	// reply: {allowed, clock, fetched, allowed, remaining, retry_after,
+	// reset_after, delay, next, taken, mark, epoch} (lua/src/decide.lua)
+	args := []string{"s", itoa(w.now), r.rid, itoa(r.reply[1]), giveBack, itoa(delta), itoa(r.n),
+		itoa(r.reply[6]), itoa(r.reply[10]), itoa(r.reply[11]), debt, r.limit.name}
+	w.compare(fmt.Sprintf("step %d: a settlement", i), "all", []string{r.limit.name}, append(args, r.limit.args...))
 }
 
 // compare runs args with the fast script of kind ("" for the named

@@ -1,135 +1,56 @@
-// Package lua holds the Redis scripts behind every redlimit decision.
+// Package lua holds the Redis scripts behind every redlimit decision, as
+// files: scripts/<name>.lua is exactly what Redis runs.
 //
-// A decision script is the prelude (prelude.lua: the clock, the table of
-// algorithms), then one or more algorithms' files, each of which adds its
-// decide function to that table, then decide.lua, whose function decides
-// the limits of one decision and stores their new state only if all allow,
-// then one.lua, which makes the one decision in KEYS. So one script
-// decides one limit or several, all or nothing, and a limit's state is the
-// same whichever way it was decided. A batch script ends with batch.lua
-// instead: it makes several independent decisions (and settlements) in
-// one call, for the engine to send what waits together to a single
-// server. A settlement script is the prelude, the algorithms' files,
-// settle.lua and one_settle.lua: each algorithm's file adds a settle
-// function beside its decide function, so an algorithm is one file.
+// Each algorithm has a script of its own (scripts/gcra.lua, ...), which
+// decides limits of that algorithm, one or several at once, all or
+// nothing, and settles their reservations; scripts/all.lua does the same
+// for any mix of algorithms. A script also takes a batch of decisions and
+// settlements in one call (main.lua), which the engine sends to a single
+// server. A limit's state is the same whichever script decided it.
 //
-// Redis runs a script's whole body on every call, so every function a
-// script defines costs every call. Hence the marks, each a line of its own.
-// What only settlements run (the settle functions, meter.lua's refunds)
-// follows a line "--- settle ---" in its file, and a decision script
-// leaves it out. And the common decision (one limit, no reservation or
-// prefetch, a cost of 0 or more) goes first: a file's part before its line
-// "--- general ---" (the prelude's clock, decide.lua's quick, one.lua's
-// call of quick) comes before the rest of every file, and an algorithm's
-// fast path (in its file, between a line "--- fast ---" and that line)
-// goes in quick, at its line "--- fast paths ---". So a decision its fast
-// path makes returns before the script defines what only the general path
-// needs; quick returns nothing, having written nothing, for any other.
-// A settlement script takes the prelude's first part alone. A batch
-// script, whose calls may be common or not, defines the general path only
-// when a call needs it: it wraps the rest of every file but batch.lua in
-// a function, general, that batch.lua calls the first time quick does
-// not decide a call, and that returns decide.lua's decide and
-// settle.lua's settle.
+// The algorithm scripts are generated (go generate) from their parts in
+// src/: head.lua, each algorithm's fast path (src/<name>_fast.lua, for
+// gcra, token_bucket and fixed_window), the general path (body.lua,
+// meter.lua, the algorithm files, decide.lua and settle.lua, defined only
+// when a call needs them) and main.lua; internal/assemble says how, and a
+// test checks that the files are what it would write. scripts/del.lua and
+// scripts/peers.lua are written by hand. Each file opens with a comment
+// naming its KEYS, ARGV and reply; internal/wire is the Go side of them.
 //
-// Every script replies with an array of integers. The scripts are plain
-// text; package core runs them with EVALSHA. This package uses the
-// standard library only and exports nothing that can be reassigned.
+// This package uses the standard library only (and its own assemble) and
+// exports nothing that can be reassigned.
 package lua
+
+//go:generate go run ./gen
 
 import (
 	"embed"
 	"fmt"
-	"strings"
+	"slices"
+
+	"github.com/redlimit/redlimit/lua/internal/assemble"
 )
 
-//go:embed *.lua
+//go:embed scripts/*.lua src/*.lua
 var files embed.FS
 
-// Decision returns the decision script for the algorithms in the named
-// files (name.lua, in the order given). It panics if a file is missing, a
+// Script returns the script of the named algorithm ("gcra", "sliding_log",
+// ...), or of every algorithm for "all". It panics if there is none, a
 // programming error found by the first test that uses it.
-func Decision(names ...string) string { return assemble("one", names) }
-
-// Batch returns the script that makes several decisions and settlements
-// in one call, each of the algorithms in the named files (batch.lua). It
-// panics as Decision does.
-func Batch(names ...string) string { return assemble("batch", names) }
-
-// Settle returns the script that settles a reservation of limits of the
-// algorithms in the named files (settle.lua). It panics as Decision does.
-func Settle(names ...string) string { return assemble("one_settle", names) }
-
-// assemble returns the script of the named algorithms' files that ends
-// with the file end: the first parts of its files, with the algorithms'
-// fast paths in decide.lua's quick, then the rest of each, up to its
-// settle mark in a decision script.
-func assemble(end string, names []string) string {
-	files := append([]string{"prelude", "meter"}, names...)
-	switch end {
-	case "one":
-		files = append(files, "decide", "one")
-	case "batch":
-		files = append(files, "decide", "settle", "batch")
-	default:
-		files = append(files, "settle", end)
-	}
-	var first, paths, rest strings.Builder
-	for _, name := range names {
-		_, path, _ := split(name)
-		paths.WriteString(path)
-	}
-	for _, name := range files {
-		part, _, general := split(name)
-		first.WriteString(strings.Replace(part, pathsMark, paths.String(), 1))
-		if i := strings.Index(general, "\n"+settleMark); end == "one" && i >= 0 {
-			general = general[:i+1] // a decision script runs no settlement
-		}
-		if name == "batch" { // the general path, defined when a call needs it
-			general = batchGeneral + rest.String() + "return decide, settle\nend\n" + general
-			rest.Reset()
-		}
-		rest.WriteString(general)
-	}
-	return first.String() + rest.String()
-}
-
-// batchGeneral opens the function a batch script wraps its general path
-// in (see the package doc).
-const batchGeneral = "-- general defines the general path and returns decide and settle.\nlocal function general()\n"
+func Script(name string) string { return read("scripts/" + name) }
 
 // Del returns the script that deletes every key in KEYS and replies with
 // {how many existed}. It exists because redis.Scripter offers scripts but
 // no DEL.
-func Del() string { return read("del") }
+func Del() string { return read("scripts/del") }
 
 // Peers returns the heartbeat script of the instances that share
-// FailLocal's limits (peers.lua).
-func Peers() string { return read("peers") }
+// FailLocal's limits (scripts/peers.lua).
+func Peers() string { return read("scripts/peers") }
 
-// The marks that split a file (see the package doc), each a line.
-const (
-	generalMark = "--- general ---\n"
-	fastMark    = "--- fast ---\n"
-	pathsMark   = "--- fast paths ---\n" // in decide.lua's quick
-	settleMark  = "--- settle ---\n"
-)
-
-// split returns the named file's first part (the text before its
-// generalMark line), its fast path (in an algorithm's file: between its
-// fastMark and generalMark lines; then it has no first part) and the rest.
-func split(name string) (first, path, rest string) {
-	src := read(name)
-	first, rest, ok := strings.Cut(src, "\n"+generalMark)
-	if !ok {
-		return "", "", src
-	}
-	first += "\n"
-	if head, path, ok := strings.Cut(first, "\n"+fastMark); ok {
-		return "", path, head + "\n" + rest
-	}
-	return first, "", rest
-}
+// Algorithms returns the algorithm files, each of which has a script
+// (Script(name)).
+func Algorithms() []string { return slices.Clone(assemble.Algorithms) }
 
 func read(name string) string {
 	b, err := files.ReadFile(name + ".lua")

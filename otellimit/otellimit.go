@@ -41,7 +41,6 @@ import (
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/engine"
 	"github.com/redlimit/redlimit/internal/policyconf"
 )
 
@@ -274,8 +273,8 @@ func (m *Metrics) policy(name string) *policyAttrs {
 // core.New).
 func (m *Metrics) WatchLimiter(lim *core.Limiter, name string) error {
 	switch {
-	case !(*engine.Limiter)(lim).Ready():
-		return engine.NotReady("otellimit: WatchLimiter")
+	case lim.Validate() != nil:
+		return fmt.Errorf("otellimit: WatchLimiter: %w", lim.Validate())
 	case name == "":
 		return errors.New("otellimit: WatchLimiter: empty name")
 	}

@@ -32,7 +32,6 @@ import (
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/engine"
 )
 
 // The metric names.
@@ -273,8 +272,8 @@ type watched struct {
 
 func (b *breakerCollector) watch(lim *core.Limiter, name string) error {
 	switch {
-	case !(*engine.Limiter)(lim).Ready():
-		return engine.NotReady("promlimit: WatchLimiter")
+	case lim.Validate() != nil:
+		return fmt.Errorf("promlimit: WatchLimiter: %w", lim.Validate())
 	case name == "":
 		return errors.New("promlimit: WatchLimiter: empty name")
 	}

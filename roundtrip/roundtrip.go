@@ -28,7 +28,6 @@ import (
 	"strings"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/engine"
 )
 
 // Transport is an http.RoundTripper that waits for a shared rate limit
@@ -111,8 +110,8 @@ func WithOnError(onError func(r *http.Request, err error) error) Option {
 // (make it with core.New), or the limit is invalid:
 // it runs at start-up.
 func New(l *core.Limiter, limit core.Limit, opts ...Option) *Transport {
-	if !(*engine.Limiter)(l).Ready() {
-		panic(engine.NotReady("redlimit: roundtrip.New"))
+	if err := l.Validate(); err != nil {
+		panic(fmt.Sprintf("redlimit: roundtrip.New: %v", err))
 	}
 	if err := limit.Validate(); err != nil {
 		panic(fmt.Errorf("redlimit: roundtrip.New: %w", err))
