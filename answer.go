@@ -79,9 +79,9 @@ func writeJSON(w http.ResponseWriter, d Decision) {
 	buf = append(buf, `{"error":"`...)
 	buf = append(buf, message(d)...) // a fixed message: nothing to escape
 	buf = append(buf, '"')
-	if d.retryAfter > 0 {
+	if d.RetryAfter > 0 {
 		buf = append(buf, `,"retry_after":`...)
-		buf = strconv.AppendInt(buf, d.retryAfter, 10)
+		buf = strconv.AppendInt(buf, retryAfterSeconds(d.RetryAfter), 10)
 	}
 	buf = append(buf, "}\n"...)
 	_, _ = w.Write(buf)
@@ -110,7 +110,10 @@ type problem struct {
 // as about:blank with its status's text.
 func writeProblem(w http.ResponseWriter, d Decision) {
 	pr := problem{Type: "about:blank", Title: http.StatusText(d.Status), Status: d.Status, Detail: message(d),
-		RetryAfter: d.retryAfter}
+		RetryAfter: retryAfterSeconds(d.RetryAfter)}
+	if d.RetryAfter <= 0 {
+		pr.RetryAfter = 0
+	}
 	if d.Status == http.StatusTooManyRequests {
 		pr.Type, pr.Title, pr.Violated = problemQuotaExceeded, problemTitle, d.violated
 	}

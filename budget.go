@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/policyconf"
 )
 
 // Budget is a policy's limits in a unit other than requests, such as the
@@ -70,7 +69,7 @@ type Budget struct {
 // budget (no limits, a limit without a unit, two units) is an error when
 // the policy is built.
 func WithBudget(b Budget) Option {
-	conf := policyconf.Budget[Request]{Limits: append([]core.Limit(nil), b.Limits...), MaxCost: b.MaxCost, TakeRest: b.TakeRest}
+	conf := RequestBudget{Limits: b.Limits, MaxCost: b.MaxCost, TakeRest: b.TakeRest}
 	if b.Estimate != nil {
 		conf.Estimate = func(q Request) int {
 			if q.HTTP == nil {
@@ -87,14 +86,27 @@ func WithBudget(b Budget) Option {
 			return b.Cost(q.HTTP, status, header)
 		}
 	}
-	add := policyconf.AddBudget[Option](conf)
-	return func(c *options) { add(c); c.HTTPOnly.Budget = "redlimit.WithBudget" }
+	add := WithRequestFuncs(RequestFuncs{Budgets: []RequestBudget{conf}})
+	return func(c *options) { add(c); c.httpOnly.budget = "redlimit.WithBudget" }
 }
 
-// budget is a Budget of a policy, checked: its quotas are those of the
-// policy's quotas from at to at+n.
+// RequestBudget is Budget for requests of any protocol, by their
+// description (Request): its Estimate and Cost get the Request (Cost also
+// the status, HTTP's or a gRPC code mapped to it, and the response header,
+// nil for another protocol), with Budget's rules otherwise. Adapters of
+// other protocols (grpclimit's WithBudget) add one with WithRequestFuncs.
+type RequestBudget struct {
+	Limits   []core.Limit
+	Estimate func(q Request) int
+	Cost     func(q Request, status int, header http.Header) int
+	MaxCost  int
+	TakeRest bool
+}
+
+// budget is a RequestBudget of a policy, checked: its quotas are those of
+// the policy's quotas from at to at+n.
 type budget struct {
-	policyconf.Budget[Request]
+	RequestBudget
 	unit      string
 	at, n     int
 	smallest  int // the smallest burst of its limits
@@ -104,7 +116,7 @@ type budget struct {
 
 // checkBudgets checks the budgets of a policy and returns them worked
 // out, their quotas starting at index at of the policy's.
-func checkBudgets(bs []policyconf.Budget[Request], at int) ([]*budget, []core.Limit, error) {
+func checkBudgets(bs []RequestBudget, at int) ([]*budget, []core.Limit, error) {
 	var out []*budget
 	var limits []core.Limit
 	for _, b := range bs {
@@ -133,7 +145,7 @@ func checkBudgets(bs []policyconf.Budget[Request], at int) ([]*budget, []core.Li
 		if b.MaxCost == 0 {
 			b.MaxCost = defaultMaxCost
 		}
-		out = append(out, &budget{Budget: b, unit: unit, at: at + len(limits), n: len(b.Limits), smallest: smallestBurst(b.Limits)})
+		out = append(out, &budget{RequestBudget: b, unit: unit, at: at + len(limits), n: len(b.Limits), smallest: smallestBurst(b.Limits)})
 		limits = append(limits, b.Limits...)
 	}
 	return out, limits, nil

@@ -34,10 +34,15 @@ type Decision struct {
 	// Duration is how long the decision took, Redis included (and a
 	// shaping limit's wait). It is measured only for observers.
 	Duration time.Duration
+	// RetryAfter is how long the answer tells the client to wait: for a
+	// 429, RetryAfter(Result, the policy's WithRetryAfterJitter); a second
+	// for a 503; 0 otherwise. Retry-After carries it in whole seconds,
+	// rounded up (Seconds, at least 1), grpclimit's RetryInfo to the
+	// millisecond.
+	RetryAfter time.Duration
 
-	binding    int      // the index of the binding limit among the request's
-	retryAfter int64    // the Retry-After sent, in seconds; 0: none
-	violated   []string // with WithProblemDetails: the list members that denied
+	binding  int      // the index of the binding limit among the request's
+	violated []string // with WithProblemDetails: the list members that denied
 }
 
 // Allowed reports whether the request may proceed.

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"math/bits"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/retryafter"
 )
 
 // The rate-limit fields of a verdict: their values, worked out here once,
@@ -209,14 +207,14 @@ func sfList(name string, item httpsfv.Item) string {
 func (a *answerer) headers(h map[string][]string, n *fieldNames, d *Decision, quotas []quota, each []core.Result) {
 	denied := !d.Result.Allowed
 	if denied {
-		h[n.retryAfter] = []string{strconv.FormatInt(d.retryAfter, 10)}
+		h[n.retryAfter] = []string{strconv.FormatInt(retryAfterSeconds(d.RetryAfter), 10)}
 	}
 	if a.profile == HeadersNone {
 		return
 	}
 	if (a.profile == HeadersXRateLimit || a.profile == HeadersBoth) && (denied || !moreRestrictive(h, n, d.Result.Remaining)) {
 		b := d.binding
-		reset := retryafter.Seconds(each[b].ResetAfter)
+		reset := Seconds(each[b].ResetAfter)
 		if a.resetUnix {
 			reset = time.Now().Add(each[b].ResetAfter + time.Second - 1).Unix()
 		}
@@ -240,7 +238,7 @@ func (a *answerer) headers(h map[string][]string, n *fieldNames, d *Decision, qu
 			rl.WriteString(q.member)
 			rl.WriteString(";r=")
 			rl.WriteString(strconv.Itoa(max(0, r.Remaining)))
-			if t := retryafter.Seconds(r.NextAfter); t > 0 && (!denied || t <= d.retryAfter) {
+			if t := Seconds(r.NextAfter); t > 0 && (!denied || t <= retryAfterSeconds(d.RetryAfter)) {
 				rl.WriteString(";t=")
 				rl.WriteString(strconv.FormatInt(t, 10))
 			}
@@ -270,18 +268,6 @@ func moreRestrictive(h map[string][]string, n *fieldNames, remaining int) bool {
 	}
 	v, err := strconv.Atoi(prev[0])
 	return err == nil && v <= remaining
-}
-
-// retryAfter is the Retry-After of the denial res: its wait
-// (retryafter.Wait: a request that can never pass waits the limit's
-// period) plus the jitter, which only adds, in whole seconds, rounded up,
-// at least 1.
-func (a *answerer) retryAfter(res core.Result) int64 {
-	d := retryafter.Wait(res)
-	if a.jitter > 0 && d < core.InfDuration-a.jitter {
-		d += rand.N(a.jitter)
-	}
-	return retryafter.Delay(d)
 }
 
 // partitionKey is the draft's pk parameter for key: ";pk=:<base64>:".

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/policyconf"
 	"github.com/redlimit/redlimit/keyfunc"
 )
 
@@ -21,9 +20,107 @@ import (
 type Option func(*options)
 
 // options is what the Options of a policy say: the functions of a request
-// in the form every protocol calls, and config, the rest. It is in an
-// internal package so that grpclimit can set those functions in that form.
-type options = policyconf.Config[Request, Decision, config]
+// in the form every protocol calls (RequestFuncs, and the budgets');
+// httpOnly, the options among them that read only HTTP requests; and
+// Rest, the others.
+type options struct {
+	RequestFuncs
+	httpOnly httpOnly
+	Rest     config
+}
+
+// httpOnly names the options ("redlimit.WithKey") whose function of an
+// *http.Request is the policy's Key, Skip or Limits, or a budget's; ""
+// when that function reads requests of every protocol, or is not set.
+// HTTPOptions reports them.
+type httpOnly struct {
+	key, skip, limits, budget string
+}
+
+// RequestFuncs are a policy's functions of a request of any protocol, by
+// its description (Request): what WithKey, WithSkip, WithRequestLimits,
+// WithObserver and WithResponseCost set for HTTP requests. Adapters of
+// other protocols (grpclimit) set them with WithRequestFuncs, and so may
+// code that decides requests with ServeRequest. Each must be safe for
+// concurrent use.
+type RequestFuncs struct {
+	// Key tells requests apart, as WithKey's function; an error is a
+	// request without a key (400).
+	Key func(q Request) (string, error)
+	// Skip exempts the requests for which it returns true, as WithSkip's.
+	Skip func(q Request) bool
+	// Limits picks a request's limits, as WithRequestLimits's; nil
+	// limits: the policy's own.
+	Limits func(q Request) ([]core.Limit, error)
+	// Observe sees every decision, as WithObserver's.
+	Observe func(q Request, d Decision)
+	// ResponseCost is an admitted request's true cost after its handler,
+	// as WithResponseCost's: status is HTTP's (a gRPC call's code mapped to
+	// it), header the response header (nil for a request of another
+	// protocol).
+	ResponseCost func(q Request, status int, header http.Header) int
+	// Budgets are limits in other units than requests, as WithBudget's.
+	Budgets []RequestBudget
+}
+
+// WithRequestFuncs sets the functions of f that are not nil: Key, Skip,
+// Limits and ResponseCost in place of those set before (by WithKey,
+// WithSkip, WithRequestLimits, WithResponseCost or another
+// WithRequestFuncs); Observe after the observers already set, as
+// WithObserver adds one; and it adds f's Budgets, as WithBudget adds
+// one.
+func WithRequestFuncs(f RequestFuncs) Option {
+	return func(c *options) {
+		if f.Key != nil {
+			c.Key, c.httpOnly.key = f.Key, ""
+		}
+		if f.Skip != nil {
+			c.Skip, c.httpOnly.skip = f.Skip, ""
+		}
+		if f.Limits != nil {
+			c.Limits, c.httpOnly.limits = f.Limits, ""
+		}
+		if f.ResponseCost != nil {
+			c.ResponseCost = f.ResponseCost
+		}
+		for _, b := range f.Budgets {
+			b.Limits = append([]core.Limit(nil), b.Limits...)
+			c.Budgets = append(c.Budgets, b)
+		}
+		if observe := f.Observe; observe != nil {
+			if prev := c.Observe; prev != nil {
+				c.Observe = func(q Request, d Decision) { prev(q, d); observe(q, d) }
+			} else {
+				c.Observe = observe
+			}
+		}
+	}
+}
+
+// HTTPOptions returns the names of the options p was built with whose
+// functions read only HTTP requests ("redlimit.WithKey",
+// "redlimit.WithSkip", "redlimit.WithRequestLimits",
+// "redlimit.WithBudget"): a request of another protocol would find no key
+// under them, never be skipped, never have its limits picked, or never
+// be estimated. An adapter of another protocol (grpclimit) refuses such a
+// policy when it is built. For a rules table, the options given to
+// NewRuleSet.
+func HTTPOptions(p Policy) []string {
+	var h httpOnly
+	switch p := p.(type) {
+	case *policy:
+		h = p.httpOnly
+	case *RuleSet:
+		h = p.conf.httpOnly
+	}
+	var names []string
+	for _, name := range []string{h.key, h.skip, h.limits, h.budget} {
+		if name != "" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
 
 // config is what the Options of a policy say, but for the functions of a
 // request.
@@ -79,7 +176,7 @@ func WithAlso(limits ...core.Limit) Option {
 // picks a call's).
 func WithRequestLimits(pick func(r *http.Request) ([]core.Limit, error)) Option {
 	return func(c *options) {
-		c.Limits, c.HTTPOnly.Limits = nil, ""
+		c.Limits, c.httpOnly.limits = nil, ""
 		if pick != nil {
 			c.Limits = func(q Request) ([]core.Limit, error) {
 				if q.HTTP == nil {
@@ -87,7 +184,7 @@ func WithRequestLimits(pick func(r *http.Request) ([]core.Limit, error)) Option 
 				}
 				return pick(q.HTTP)
 			}
-			c.HTTPOnly.Limits = "redlimit.WithRequestLimits"
+			c.httpOnly.limits = "redlimit.WithRequestLimits"
 		}
 	}
 }
@@ -100,7 +197,7 @@ func WithRequestLimits(pick func(r *http.Request) ([]core.Limit, error)) Option 
 // construction (its WithKey and WithIPKey key calls).
 func WithKey(f keyfunc.Func) Option {
 	return func(c *options) {
-		c.Key, c.HTTPOnly.Key = nil, ""
+		c.Key, c.httpOnly.key = nil, ""
 		if f != nil {
 			c.Key = func(q Request) (string, error) {
 				if q.HTTP == nil {
@@ -108,7 +205,7 @@ func WithKey(f keyfunc.Func) Option {
 				}
 				return f(q.HTTP)
 			}
-			c.HTTPOnly.Key = "redlimit.WithKey"
+			c.httpOnly.key = "redlimit.WithKey"
 		}
 	}
 }
@@ -121,7 +218,7 @@ func WithKey(f keyfunc.Func) Option {
 // for concurrent use.
 func WithRequestKey(key func(q Request) (string, error)) Option {
 	return func(c *options) {
-		c.Key, c.HTTPOnly.Key = nil, "" // nil: refused, as WithKey(nil) is
+		c.Key, c.httpOnly.key = nil, "" // nil: refused, as WithKey(nil) is
 		if key != nil {
 			c.Key = func(q Request) (string, error) { return key(q) }
 		}
@@ -146,10 +243,10 @@ func WithCost(n int) Option {
 // WithSkip exempts calls).
 func WithSkip(skip func(r *http.Request) bool) Option {
 	return func(c *options) {
-		c.Skip, c.HTTPOnly.Skip = nil, ""
+		c.Skip, c.httpOnly.skip = nil, ""
 		if skip != nil {
 			c.Skip = func(q Request) bool { return q.HTTP != nil && skip(q.HTTP) }
-			c.HTTPOnly.Skip = "redlimit.WithSkip"
+			c.httpOnly.skip = "redlimit.WithSkip"
 		}
 	}
 }
@@ -184,7 +281,7 @@ func WithObserver(observe func(r *http.Request, d Decision)) Option {
 	if observe == nil {
 		return func(*options) {}
 	}
-	return policyconf.Observe[Option](func(q Request, d Decision) { observe(q.HTTP, d) })
+	return WithRequestFuncs(RequestFuncs{Observe: func(q Request, d Decision) { observe(q.HTTP, d) }})
 }
 
 // WithHeaders chooses the rate-limit response fields; the default is

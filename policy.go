@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/policyconf"
 	"github.com/redlimit/redlimit/keyfunc"
 )
 
@@ -109,7 +108,8 @@ var errNotHTTP = fmt.Errorf("%w: the key function (redlimit.WithKey) reads HTTP 
 // decided under them: its options, checked, and what they are worked out
 // to. It is built once and only read afterwards.
 type policy struct {
-	policyconf.Funcs[Request, Decision]
+	RequestFuncs
+	httpOnly httpOnly
 	config
 	lim      *core.Limiter
 	quotas   []quota // what a request is decided under: a rules table's catch-all's, then its own, then its budgets'
@@ -186,7 +186,7 @@ func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, err
 	if err := c.answer.check(); err != nil {
 		return nil, err
 	}
-	p := &policy{Funcs: o.Funcs, config: *c, lim: lim, quotas: quotasOf(name, all),
+	p := &policy{RequestFuncs: o.RequestFuncs, httpOnly: o.httpOnly, config: *c, lim: lim, quotas: quotasOf(name, all),
 		budgets: budgets, spent: len(spent)}
 	p.name, p.also = name, nil
 	if p.maxCost == 0 {
@@ -241,7 +241,7 @@ func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (
 		}
 	}
 	if d.Status == http.StatusServiceUnavailable { // come back in a second
-		d.retryAfter = 1
+		d.RetryAfter = time.Second
 		fields[n.retryAfter] = []string{"1"}
 	}
 	if held != nil && !d.Allowed() { // reserved, but not served after all
@@ -350,7 +350,7 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 		d.Outcome = OutcomeDenied
 	}
 	d.Status = http.StatusTooManyRequests
-	d.retryAfter = p.answer.retryAfter(d.Result)
+	d.RetryAfter = RetryAfter(d.Result, p.answer.jitter)
 	if p.answer.problem {
 		d.violated = violated(quotas, ask.Each)
 	}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/redlimit/redlimit/core"
 	rulepattern "github.com/redlimit/redlimit/internal/pattern"
-	"github.com/redlimit/redlimit/internal/policyconf"
 )
 
 // ErrInvalidRules is wrapped by the errors of ParseRules, NewRuleSet and
@@ -365,7 +364,7 @@ func checkKey(key string) (pattern, tier string, err error) {
 // ("40000/m unit=tokens"), which are the rule's limits of that budget in
 // place of WithBudget's, and returns the rule's request limits and its
 // budgets.
-func ruleBudgets(limits []core.Limit, budgets []policyconf.Budget[Request]) ([]core.Limit, []policyconf.Budget[Request], error) {
+func ruleBudgets(limits []core.Limit, budgets []RequestBudget) ([]core.Limit, []RequestBudget, error) {
 	var requests []core.Limit
 	var replaced []int
 	for _, l := range limits {
@@ -373,7 +372,7 @@ func ruleBudgets(limits []core.Limit, budgets []policyconf.Budget[Request]) ([]c
 			requests = append(requests, l)
 			continue
 		}
-		i := slices.IndexFunc(budgets, func(b policyconf.Budget[Request]) bool { return len(b.Limits) > 0 && b.Limits[0].Unit == l.Unit })
+		i := slices.IndexFunc(budgets, func(b RequestBudget) bool { return len(b.Limits) > 0 && b.Limits[0].Unit == l.Unit })
 		if i < 0 {
 			return nil, nil, fmt.Errorf("%w: %v counts %q, and no redlimit.WithBudget of that unit estimates and settles a request's", core.ErrInvalidLimit, l, l.Unit)
 		}

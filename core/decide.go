@@ -152,7 +152,7 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 		cacheID = d.cacheID()
 		var ok bool
 		if ok, refresh = l.deny.get(cacheID, d.keys[:d.k], limits, cached[:d.k], now, results); ok {
-			res, i := binding(results)
+			res, i := Binding(results)
 			res.Cached = true
 			return Decision{Result: res, Binding: i}, nil
 		}
@@ -168,7 +168,7 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 		// caller's arguments, costing an allocation per decision.
 		return Decision{}, fmt.Errorf("redlimit: %s decision for %q: %w", d.algorithms(), strings.Clone(id), err)
 	}
-	res, i := binding(results)
+	res, i := Binding(results)
 	switch {
 	case !res.Allowed && l.deny != nil && !d.never:
 		l.deny.add(cacheID, d.keys[:d.k], limits, cached[:d.k], now, seq, results)

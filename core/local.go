@@ -108,7 +108,7 @@ func (lo *Local) Decide(q *Request) Decision {
 			each[i], _ = localGCRA(limit, infoBuf[i], share, tat, now, 0)
 		}
 	}
-	res, b := binding(each)
+	res, b := Binding(each)
 	return Decision{Result: res, Binding: b}
 }
 

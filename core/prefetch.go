@@ -110,7 +110,7 @@ func (l *Limiter) prefetched(ctx context.Context, d *decision, id string, limits
 	for {
 		now := l.now()
 		if g := ls.g.Load(); g != nil && g.take(now, d.n, limits, results) {
-			res, i := binding(results)
+			res, i := Binding(results)
 			return res, i, nil
 		}
 		ls.mu.Lock()
@@ -125,7 +125,7 @@ func (l *Limiter) prefetched(ctx context.Context, d *decision, id string, limits
 		}
 		if g := ls.g.Load(); g != nil && g.take(now, d.n, limits, results) { // filled meanwhile
 			ls.mu.Unlock()
-			res, i := binding(results)
+			res, i := Binding(results)
 			return res, i, nil
 		}
 		g := ls.g.Swap(nil)
@@ -153,7 +153,7 @@ func (l *Limiter) prefetched(ctx context.Context, d *decision, id string, limits
 			for i := range results {
 				results[i].Remaining += d.got
 			}
-			res, i = binding(results)
+			res, i = Binding(results)
 			l.watch(ls)
 		}
 		ls.mu.Unlock()

@@ -77,13 +77,14 @@ type Stats struct {
 	AbandonedReleases uint64
 }
 
-// binding returns the result of a decision of several limits from each
-// limit's own result, and its index (the one place of this rule, which
-// AllowAll documents): the denying limit's with the longest
+// Binding returns the result of a decision of several limits from each
+// limit's own result, and its index: the denying limit's with the longest
 // RetryAfter, or, when all allow, the one with the fewest Remaining (the
 // first of equals); with the longest ResetAfter of all, and the longest
-// Delay when allowed. results must not be empty.
-func binding(results []Result) (Result, int) {
+// Delay when allowed. results must not be empty. It is the one place of
+// this rule, which AllowAll and Decide answer by and the HTTP layer and
+// envoyrls describe their answers with.
+func Binding(results []Result) (Result, int) {
 	b, reset, delay := 0, results[0].ResetAfter, results[0].Delay
 	for i, r := range results[1:] {
 		best := results[b]

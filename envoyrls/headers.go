@@ -9,7 +9,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"github.com/redlimit/redlimit"
-	"github.com/redlimit/redlimit/internal/retryafter"
 )
 
 // The fields written here follow what redlimit's HTTP layer writes
@@ -24,7 +23,7 @@ import (
 // descriptor, and when the answer is OVER_LIMIT Retry-After (seconds,
 // rounded up, at least 1; the limit's period for a request that can
 // never pass). Every time is turned into seconds as the HTTP layer's
-// (internal/retryafter).
+// (redlimit.RetryAfter and redlimit.Seconds).
 func (s *Server) headers(vs []verdict, binding int, denied bool) []*corev3.HeaderValue {
 	if s.opts.Headers == redlimit.HeadersNone {
 		return nil
@@ -33,14 +32,14 @@ func (s *Server) headers(vs []verdict, binding int, denied bool) []*corev3.Heade
 	var out []*corev3.HeaderValue
 	var retryAfter int64
 	if denied {
-		retryAfter = retryafter.Delay(retryafter.Wait(b.res))
+		retryAfter = max(1, redlimit.Seconds(redlimit.RetryAfter(b.res, 0)))
 		out = append(out, headerValue("retry-after", strconv.FormatInt(retryAfter, 10)))
 	}
 	if s.opts.Headers == redlimit.HeadersXRateLimit || s.opts.Headers == redlimit.HeadersBoth {
 		out = append(out,
 			headerValue(s.names.Limit, strconv.Itoa(capacity(b))),
 			headerValue(s.names.Remaining, strconv.Itoa(max(0, b.res.Remaining))),
-			headerValue(s.names.Reset, strconv.FormatInt(retryafter.Seconds(b.res.ResetAfter), 10)))
+			headerValue(s.names.Reset, strconv.FormatInt(redlimit.Seconds(b.res.ResetAfter), 10)))
 	}
 	if s.opts.Headers == redlimit.HeadersDraft || s.opts.Headers == redlimit.HeadersBoth {
 		var pol, rl []string
@@ -56,7 +55,7 @@ func (s *Server) headers(vs []verdict, binding int, denied bool) []*corev3.Heade
 			pol = append(pol, policyItem(name, v))
 			item := httpsfv.NewItem(printable(name))
 			item.Params.Add("r", int64(max(0, v.res.Remaining)))
-			if t := retryafter.Seconds(v.res.NextAfter); t > 0 && (!denied || t <= retryAfter) {
+			if t := redlimit.Seconds(v.res.NextAfter); t > 0 && (!denied || t <= retryAfter) {
 				item.Params.Add("t", t)
 			}
 			rl = append(rl, marshal(item))

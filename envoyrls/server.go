@@ -325,8 +325,9 @@ func (s *Server) decide(ctx context.Context, v *verdict, refundable bool) {
 // request charged, and reports each decision.
 func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, vs []verdict) (*rlsv3.RateLimitResponse, error) {
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(vs))}
-	binding := -1
 	var failed error
+	var answered []core.Result // the limited verdicts', each Allowed as its status says, for core.Binding
+	var at []int               // their indices in vs
 	for i := range vs {
 		v := &vs[i]
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -358,9 +359,9 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, vs []v
 				s.observe(v, redlimit.OutcomeDenied)
 			}
 		}
-		if binding < 0 || binds(v, &vs[binding], st.Code == rlsv3.RateLimitResponse_OVER_LIMIT, resp.Statuses[binding].Code == rlsv3.RateLimitResponse_OVER_LIMIT) {
-			binding = i
-		}
+		r := v.res
+		r.Allowed = st.Code != rlsv3.RateLimitResponse_OVER_LIMIT
+		answered, at = append(answered, r), append(at, i)
 	}
 	if failed != nil {
 		s.logError(failed)
@@ -375,24 +376,11 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, vs []v
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		s.refund(ctx, vs, resp.Statuses)
 	}
-	if binding >= 0 {
-		resp.ResponseHeadersToAdd = s.headers(vs, binding, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
+	if len(answered) > 0 {
+		_, binding := core.Binding(answered)
+		resp.ResponseHeadersToAdd = s.headers(vs, at[binding], resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	}
 	return resp, nil
-}
-
-// binds reports whether v binds rather than the binding one so far, b:
-// a denial over an allowance, the longer wait of two denials, the fewer
-// remaining of two allowances.
-func binds(v, b *verdict, vDenied, bDenied bool) bool {
-	switch {
-	case vDenied != bDenied:
-		return vDenied
-	case vDenied:
-		return v.res.RetryAfter > b.res.RetryAfter
-	default:
-		return v.res.Remaining < b.res.Remaining
-	}
 }
 
 // refund gives back what the descriptors that allowed a request denied

@@ -49,11 +49,11 @@
 // status:
 //
 //   - denied: codes.ResourceExhausted, "rate limit exceeded", with a
-//     google.rpc.RetryInfo detail whose retry_delay is the exact wait
-//     (core.Result.RetryAfter, rounded up to the millisecond; the
-//     Retry-After sent when redlimit.WithRetryAfterJitter made that
-//     longer), and header metadata retry-after (whole seconds, rounded up)
-//     beside the rate-limit fields;
+//     google.rpc.RetryInfo detail whose retry_delay is the wait
+//     (redlimit.Decision.RetryAfter: the binding limit's RetryAfter, with
+//     redlimit.WithRetryAfterJitter's jitter, rounded up to the
+//     millisecond), and header metadata retry-after (the same, in whole
+//     seconds, rounded up) beside the rate-limit fields;
 //   - Redis failing under redlimit.FailClosed: codes.Unavailable,
 //     "rate limiter unavailable", RetryInfo of 1 s and retry-after: 1;
 //   - no key: codes.InvalidArgument, "request has no rate limit key";
@@ -89,7 +89,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -103,8 +102,6 @@ import (
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/policyconf"
-	"github.com/redlimit/redlimit/internal/retryafter"
 	"github.com/redlimit/redlimit/keyfunc"
 )
 
@@ -119,6 +116,7 @@ type config struct {
 	policy   []redlimit.Option
 	rules    redlimit.Rules
 	hasRules bool // WithRules was given, maybe with an empty table
+	limits   bool // WithLimits was given a function
 	outcomes bool // WithResponseCost or WithBudget was given: keep each call's outcome for it
 	budgets  bool // WithBudget was given: the handler's context carries a redlimit.Usage
 }
@@ -153,7 +151,7 @@ func WithKey(key func(ctx context.Context, fullMethod string) (string, error)) O
 	if key == nil {
 		return With(redlimit.WithRequestKey(nil)) // refused, as redlimit.WithKey(nil) is
 	}
-	return With(policyconf.Key[redlimit.Option](func(q redlimit.Request) (string, error) {
+	return With(redlimit.WithRequestKey(func(q redlimit.Request) (string, error) {
 		return key(q.Context, q.Route)
 	}))
 }
@@ -166,7 +164,7 @@ func WithKey(key func(ctx context.Context, fullMethod string) (string, error)) O
 // only when told to. A peer on a Unix socket is keyfunc.UnixSocketKey.
 func WithIPKey(opts ...keyfunc.IPOption) Option {
 	ip := keyfunc.IPOf(opts...)
-	return With(policyconf.Key[redlimit.Option](func(q redlimit.Request) (string, error) {
+	return With(redlimit.WithRequestKey(func(q redlimit.Request) (string, error) {
 		return ip(q.Peer, unixPeer(q.Context), q.Values)
 	}))
 }
@@ -303,11 +301,14 @@ func newPolicy(l *core.Limiter, limit core.Limit, opts []Option) (redlimit.Polic
 	for _, opt := range opts {
 		opt(&c)
 	}
-	if err := checkCallable(c); err != nil {
-		return nil, c, err
+	if c.hasRules && c.limits {
+		return nil, c, errors.New("grpclimit: WithLimits is not for WithRules: write the limits in the rule")
 	}
 	if !c.hasRules {
 		p, err := redlimit.NewPolicy(l, limit, c.policy...)
+		if err == nil {
+			err = checkCallable(p)
+		}
 		return p, c, err
 	}
 	if len(c.rules) == 0 {
@@ -324,25 +325,27 @@ func newPolicy(l *core.Limiter, limit core.Limit, opts []Option) (redlimit.Polic
 		table[pattern] = spec
 	}
 	p, err := redlimit.NewRuleSet(l, table, c.policy...)
+	if err == nil {
+		err = checkCallable(p)
+	}
 	return p, c, err
 }
 
-// checkCallable refuses the options that would never see a call: the
-// functions of an *http.Request that redlimit's WithKey, WithSkip and
-// WithRequestLimits set, and a function picking limits beside WithRules.
-func checkCallable(c config) error {
-	pc := policyconf.Apply(c.policy)
-	switch {
-	case pc.HTTPOnly.Key != "":
-		return fmt.Errorf("grpclimit: %s(keyfunc.Func) reads HTTP requests and would find no key in any call (every call would end InvalidArgument): key calls with grpclimit.WithKey, or grpclimit.WithIPKey for keyfunc.IP's client address", pc.HTTPOnly.Key)
-	case pc.HTTPOnly.Skip != "":
-		return fmt.Errorf("grpclimit: %s reads HTTP requests and would skip no call: use grpclimit.WithSkip", pc.HTTPOnly.Skip)
-	case pc.HTTPOnly.Budget != "":
-		return fmt.Errorf("grpclimit: %s's functions read HTTP requests and would see no call: use grpclimit.WithBudget", pc.HTTPOnly.Budget)
-	case pc.HTTPOnly.Limits != "":
-		return fmt.Errorf("grpclimit: %s reads HTTP requests and would pick no call's limits: use grpclimit.WithLimits", pc.HTTPOnly.Limits)
-	case c.hasRules && pc.Limits != nil:
-		return errors.New("grpclimit: WithLimits is not for WithRules: write the limits in the rule")
+// checkCallable refuses a policy built with options that would never see
+// a call: the functions of an *http.Request that redlimit's WithKey,
+// WithSkip, WithRequestLimits and WithBudget set (redlimit.HTTPOptions).
+func checkCallable(p redlimit.Policy) error {
+	for _, name := range redlimit.HTTPOptions(p) {
+		switch name {
+		case "redlimit.WithKey":
+			return fmt.Errorf("grpclimit: %s(keyfunc.Func) reads HTTP requests and would find no key in any call (every call would end InvalidArgument): key calls with grpclimit.WithKey, or grpclimit.WithIPKey for keyfunc.IP's client address", name)
+		case "redlimit.WithSkip":
+			return fmt.Errorf("grpclimit: %s reads HTTP requests and would skip no call: use grpclimit.WithSkip", name)
+		case "redlimit.WithBudget":
+			return fmt.Errorf("grpclimit: %s's functions read HTTP requests and would see no call: use grpclimit.WithBudget", name)
+		default:
+			return fmt.Errorf("grpclimit: %s reads HTTP requests and would pick no call's limits: use grpclimit.WithLimits", name)
+		}
 	}
 	return nil
 }
@@ -387,7 +390,7 @@ func isName(s string, dots bool) bool {
 }
 
 // defaultKey keys calls by the peer's address.
-var defaultKey = policyconf.Key[redlimit.Option](func(q redlimit.Request) (string, error) {
+var defaultKey = redlimit.WithRequestKey(func(q redlimit.Request) (string, error) {
 	return peerIP(q.Peer, unixPeer(q.Context), q.Values)
 })
 
@@ -414,7 +417,7 @@ func refusal(ctx context.Context, d redlimit.Decision, md metadata.MD) error {
 	var st *status.Status
 	switch d.Status {
 	case http.StatusTooManyRequests:
-		st = withRetry(status.New(codes.ResourceExhausted, "rate limit exceeded"), retryDelay(d, md))
+		st = withRetry(status.New(codes.ResourceExhausted, "rate limit exceeded"), retryDelay(d))
 	case http.StatusServiceUnavailable:
 		if err := ctx.Err(); err != nil && errors.Is(d.Err, err) { // the client left
 			return status.FromContextError(err).Err()
@@ -435,22 +438,14 @@ func refusal(ctx context.Context, d redlimit.Decision, md metadata.MD) error {
 	return st.Err()
 }
 
-// retryDelay is a denial's RetryInfo: the exact wait (retryafter.Wait: a
-// call that can never pass waits the limit's period), rounded up to the
-// millisecond, or the Retry-After sent if jitter made it longer.
-func retryDelay(d redlimit.Decision, md metadata.MD) time.Duration {
-	wait := retryafter.Wait(d.Result)
-	if wait > core.InfDuration-time.Second {
+// retryDelay is a denial's RetryInfo: the wait the policy chose
+// (Decision.RetryAfter, jitter included), rounded up to the millisecond.
+func retryDelay(d redlimit.Decision) time.Duration {
+	wait := d.RetryAfter
+	if wait > core.InfDuration-time.Millisecond {
 		return wait
 	}
-	wait = (wait + time.Millisecond - 1).Truncate(time.Millisecond)
-	if v := md.Get("retry-after"); len(v) == 1 {
-		sent, err := strconv.ParseInt(v[0], 10, 64)
-		if whole := time.Duration(sent) * time.Second; err == nil && whole > (wait+time.Second-1).Truncate(time.Second) {
-			return whole // the jitter added whole seconds, or the wait was under a millisecond
-		}
-	}
-	return wait
+	return (wait + time.Millisecond - 1).Truncate(time.Millisecond)
 }
 
 // withRetry adds a RetryInfo detail to st.

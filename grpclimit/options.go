@@ -7,7 +7,6 @@ import (
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/policyconf"
 )
 
 // The options of a call: what redlimit's options of an *http.Request
@@ -25,11 +24,11 @@ import (
 // reads HTTP requests and is refused, the later wins.
 func WithSkip(skip func(ctx context.Context, fullMethod string) bool) Option {
 	if skip == nil {
-		return With(policyconf.Skip[redlimit.Option](nil))
+		return With(redlimit.WithSkip(nil))
 	}
-	return With(policyconf.Skip[redlimit.Option](func(q redlimit.Request) bool {
+	return With(redlimit.WithRequestFuncs(redlimit.RequestFuncs{Skip: func(q redlimit.Request) bool {
 		return skip(q.Context, q.Route)
-	}))
+	}}))
 }
 
 // WithLimits picks the limits of each call, in place of the interceptor's
@@ -49,15 +48,17 @@ func WithSkip(skip func(ctx context.Context, fullMethod string) bool) Option {
 // for concurrent use. Not for WithRules, whose rules say their limits.
 func WithLimits(pick func(ctx context.Context, fullMethod string) ([]core.Limit, error)) Option {
 	if pick == nil {
-		return With(policyconf.Limits[redlimit.Option](nil))
+		set := With(redlimit.WithRequestLimits(nil))
+		return func(c *config) { set(c); c.limits = false }
 	}
-	return With(policyconf.Limits[redlimit.Option](func(q redlimit.Request) ([]core.Limit, error) {
+	set := With(redlimit.WithRequestFuncs(redlimit.RequestFuncs{Limits: func(q redlimit.Request) ([]core.Limit, error) {
 		limits, err := pick(q.Context, q.Route)
 		if err != nil {
 			return nil, limitsError{err}
 		}
 		return limits, nil
-	}))
+	}}))
+	return func(c *config) { set(c); c.limits = true }
 }
 
 // limitsError is an error of WithLimits' function.
@@ -84,9 +85,9 @@ func WithObserver(observe func(ctx context.Context, fullMethod string, d redlimi
 	if observe == nil {
 		return func(*config) {}
 	}
-	return With(policyconf.Observe[redlimit.Option](func(q redlimit.Request, d redlimit.Decision) {
+	return With(redlimit.WithRequestFuncs(redlimit.RequestFuncs{Observe: func(q redlimit.Request, d redlimit.Decision) {
 		observe(q.Context, q.Route, d)
-	}))
+	}}))
 }
 
 // WithResponseCost settles every admitted call after its handler returns:
@@ -106,16 +107,16 @@ func WithObserver(observe func(ctx context.Context, fullMethod string, d redlimi
 // With(redlimit.WithResponseCost), the later wins.
 func WithResponseCost(cost func(ctx context.Context, fullMethod string, reply any, err error) int) Option {
 	if cost == nil {
-		return With(policyconf.ResponseCost[redlimit.Option](nil))
+		return With(redlimit.WithResponseCost(nil))
 	}
-	set := With(policyconf.ResponseCost[redlimit.Option](func(q redlimit.Request, _ int, _ http.Header) int {
+	set := With(redlimit.WithRequestFuncs(redlimit.RequestFuncs{ResponseCost: func(q redlimit.Request, _ int, _ http.Header) int {
 		var reply any
 		var err error
 		if out, ok := q.Context.Value(outcomeKey{}).(*outcome); ok {
 			reply, err = out.reply, out.err
 		}
 		return cost(q.Context, q.Route, reply, err)
-	}))
+	}}))
 	return func(c *config) { set(c); c.outcomes = true }
 }
 
@@ -167,7 +168,7 @@ type Budget struct {
 // With(redlimit.WithBudget), whose functions read HTTP requests, the
 // latter is refused.
 func WithBudget(b Budget) Option {
-	conf := policyconf.Budget[redlimit.Request]{Limits: append([]core.Limit(nil), b.Limits...), MaxCost: b.MaxCost, TakeRest: b.TakeRest}
+	conf := redlimit.RequestBudget{Limits: b.Limits, MaxCost: b.MaxCost, TakeRest: b.TakeRest}
 	if b.Estimate != nil {
 		conf.Estimate = func(q redlimit.Request) int {
 			var req any
@@ -187,6 +188,6 @@ func WithBudget(b Budget) Option {
 			return b.Cost(q.Context, q.Route, reply, err)
 		}
 	}
-	add := With(policyconf.AddBudget[redlimit.Option](conf))
+	add := With(redlimit.WithRequestFuncs(redlimit.RequestFuncs{Budgets: []redlimit.RequestBudget{conf}}))
 	return func(c *config) { add(c); c.outcomes, c.budgets = true, true }
 }

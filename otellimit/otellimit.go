@@ -41,7 +41,6 @@ import (
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/policyconf"
 )
 
 // ScopeName is the name of the meter the instruments belong to.
@@ -216,7 +215,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 // request, of any protocol: an HTTP request's, a gRPC call's (give it to
 // grpclimit.With).
 func (m *Metrics) Observer() redlimit.Option {
-	return policyconf.Observe[redlimit.Option](func(q redlimit.Request, d redlimit.Decision) { m.record(q.Context, d) })
+	return redlimit.WithRequestFuncs(redlimit.RequestFuncs{Observe: func(q redlimit.Request, d redlimit.Decision) { m.record(q.Context, d) }})
 }
 
 // Observe counts d under its policy and outcome and, unless the request
