@@ -37,15 +37,21 @@ type ipConfig struct {
 // forwarding headers are believed. It panics on an invalid entry, at
 // start-up; use ParsePrefixes first to check configuration input. Without
 // it (or TrustUnixSocket), forwarding headers are ignored and the key is
-// the peer's address.
+// the peer's address. An IPv4-mapped IPv6 entry (::ffff:10.0.0.0/104)
+// names the IPv4 proxies it maps (10.0.0.0/8), as IP reads IPv4-mapped
+// addresses as IPv4.
 //
 // Trust only the proxies in front of this server that overwrite or append
 // to the header themselves (your load balancer, your CDN's published
 // ranges): anything else lets clients choose their own key.
 func TrustProxies(cidrs ...string) IPOption {
-	prefixes, err := ParsePrefixes(cidrs...)
-	if err != nil {
-		panic("keyfunc.TrustProxies: " + err.Error())
+	prefixes := make([]netip.Prefix, len(cidrs))
+	for i, s := range cidrs {
+		p, err := parsePrefix(s)
+		if err != nil {
+			panic("keyfunc.TrustProxies: " + err.Error())
+		}
+		prefixes[i] = p
 	}
 	return TrustPrefixes(prefixes...)
 }
@@ -54,33 +60,51 @@ func TrustProxies(cidrs ...string) IPOption {
 func TrustPrefixes(prefixes ...netip.Prefix) IPOption {
 	return func(c *ipConfig) {
 		for _, p := range prefixes {
-			c.trusted = append(c.trusted, p.Masked())
+			c.trusted = append(c.trusted, unmapPrefix(p.Masked()))
 		}
 	}
 }
 
 // ParsePrefixes parses CIDR prefixes ("10.0.0.0/8", "2001:db8::/32") and
-// single addresses ("192.0.2.1", taken as /32 or /128).
+// single addresses ("192.0.2.1", taken as /32 or /128). An entry that is
+// neither is an error that names it.
 func ParsePrefixes(cidrs ...string) ([]netip.Prefix, error) {
-	prefixes := make([]netip.Prefix, 0, len(cidrs))
-	for _, s := range cidrs {
-		s = strings.TrimSpace(s)
-		if !strings.Contains(s, "/") {
-			a, err := netip.ParseAddr(s)
-			if err != nil {
-				return nil, fmt.Errorf("%q is neither an address nor a CIDR prefix", s)
-			}
-			a = a.Unmap()
-			prefixes = append(prefixes, netip.PrefixFrom(a, a.BitLen()))
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
+	prefixes := make([]netip.Prefix, len(cidrs))
+	for i, s := range cidrs {
+		p, err := parsePrefix(s)
 		if err != nil {
-			return nil, fmt.Errorf("%q is not a CIDR prefix: %v", s, err)
+			return nil, fmt.Errorf("keyfunc: %w", err)
 		}
-		prefixes = append(prefixes, p)
+		prefixes[i] = p
 	}
 	return prefixes, nil
+}
+
+// parsePrefix parses one entry of ParsePrefixes.
+func parsePrefix(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is neither an address nor a CIDR prefix; want one such as 192.0.2.1 or 10.0.0.0/8", s)
+		}
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix (%v); want one such as 10.0.0.0/8 or 2001:db8::/32", s, err)
+	}
+	return p, nil
+}
+
+// unmapPrefix returns an IPv4-mapped IPv6 prefix, masked, as the IPv4
+// prefix it maps, and any other prefix as it is.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p
 }
 
 // TrustHeader makes IP read the client address from a single-value header a
