@@ -37,15 +37,21 @@ type ipConfig struct {
 // forwarding headers are believed. It panics on an invalid entry, at
 // start-up; use ParsePrefixes first to check configuration input. Without
 // it (or TrustUnixSocket), forwarding headers are ignored and the key is
-// the peer's address.
+// the peer's address. An IPv4-mapped IPv6 entry (::ffff:10.0.0.0/104)
+// names the IPv4 proxies it maps (10.0.0.0/8), as IP reads IPv4-mapped
+// addresses as IPv4.
 //
 // Trust only the proxies in front of this server that overwrite or append
 // to the header themselves (your load balancer, your CDN's published
 // ranges): anything else lets clients choose their own key.
 func TrustProxies(cidrs ...string) IPOption {
-	prefixes, err := ParsePrefixes(cidrs...)
-	if err != nil {
-		panic("keyfunc.TrustProxies: " + err.Error())
+	prefixes := make([]netip.Prefix, len(cidrs))
+	for i, s := range cidrs {
+		p, err := parsePrefix(s)
+		if err != nil {
+			panic("keyfunc.TrustProxies: " + err.Error())
+		}
+		prefixes[i] = p
 	}
 	return TrustPrefixes(prefixes...)
 }
@@ -54,33 +60,51 @@ func TrustProxies(cidrs ...string) IPOption {
 func TrustPrefixes(prefixes ...netip.Prefix) IPOption {
 	return func(c *ipConfig) {
 		for _, p := range prefixes {
-			c.trusted = append(c.trusted, p.Masked())
+			c.trusted = append(c.trusted, unmapPrefix(p.Masked()))
 		}
 	}
 }
 
 // ParsePrefixes parses CIDR prefixes ("10.0.0.0/8", "2001:db8::/32") and
-// single addresses ("192.0.2.1", taken as /32 or /128).
+// single addresses ("192.0.2.1", taken as /32 or /128). An entry that is
+// neither is an error that names it.
 func ParsePrefixes(cidrs ...string) ([]netip.Prefix, error) {
-	prefixes := make([]netip.Prefix, 0, len(cidrs))
-	for _, s := range cidrs {
-		s = strings.TrimSpace(s)
-		if !strings.Contains(s, "/") {
-			a, err := netip.ParseAddr(s)
-			if err != nil {
-				return nil, fmt.Errorf("%q is neither an address nor a CIDR prefix", s)
-			}
-			a = a.Unmap()
-			prefixes = append(prefixes, netip.PrefixFrom(a, a.BitLen()))
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
+	prefixes := make([]netip.Prefix, len(cidrs))
+	for i, s := range cidrs {
+		p, err := parsePrefix(s)
 		if err != nil {
-			return nil, fmt.Errorf("%q is not a CIDR prefix: %v", s, err)
+			return nil, fmt.Errorf("keyfunc: %w", err)
 		}
-		prefixes = append(prefixes, p)
+		prefixes[i] = p
 	}
 	return prefixes, nil
+}
+
+// parsePrefix parses one entry of ParsePrefixes.
+func parsePrefix(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is neither an address nor a CIDR prefix; want one such as 192.0.2.1 or 10.0.0.0/8", s)
+		}
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix (%v); want one such as 10.0.0.0/8 or 2001:db8::/32", s, err)
+	}
+	return p, nil
+}
+
+// unmapPrefix returns an IPv4-mapped IPv6 prefix, masked, as the IPv4
+// prefix it maps, and any other prefix as it is.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p
 }
 
 // TrustHeader makes IP read the client address from a single-value header a
@@ -224,6 +248,11 @@ func IPOf(opts ...IPOption) func(remoteAddr string, unix bool, values func(name 
 	}
 }
 
+// valuesFunc is a lookup of field values as a header.
+type valuesFunc func(name string) []string
+
+func (f valuesFunc) Values(name string) []string { return f(name) }
+
 func newIPConfig(opts []IPOption) *ipConfig {
 	c := &ipConfig{ipv6Prefix: DefaultIPv6Prefix}
 	for _, opt := range opts {
@@ -231,15 +260,6 @@ func newIPConfig(opts []IPOption) *ipConfig {
 	}
 	return c
 }
-
-// header is where client reads forwarding fields: an http.Header, or
-// IPOf's lookup.
-type header interface{ Values(name string) []string }
-
-// valuesFunc is a lookup of field values as a header.
-type valuesFunc func(name string) []string
-
-func (f valuesFunc) Values(name string) []string { return f(name) }
 
 // fromUnixSocket reports whether r, whose RemoteAddr is not an address,
 // came over a Unix socket.
@@ -253,335 +273,6 @@ func fromUnixSocket(r *http.Request) bool {
 		return r.RemoteAddr == "@" || r.RemoteAddr == ""
 	case net.Addr:
 		return strings.HasPrefix(local.Network(), "unix")
-	}
-	return false
-}
-
-// client returns the client address behind peer, the invalid address for
-// the Unix-socket peer.
-func (c *ipConfig) client(h header, peer netip.Addr) netip.Addr {
-	if !c.isTrusted(peer) {
-		return peer
-	}
-	if c.header != "" {
-		if a, ok := lastValue(h.Values(c.header)); ok {
-			return a
-		}
-	}
-	if c.forwarded {
-		return c.walkForwarded(h.Values("Forwarded"), peer)
-	}
-	// Walk X-Forwarded-For from the right: each entry was appended by the
-	// hop to its right. Stop at the first hop that is not ours.
-	client := peer
-	values := h.Values("X-Forwarded-For")
-	for i := len(values) - 1; i >= 0; i-- {
-		entries := values[i]
-		for entries != "" {
-			var entry string
-			if j := strings.LastIndexByte(entries, ','); j >= 0 {
-				entry, entries = entries[j+1:], entries[:j]
-			} else {
-				entry, entries = entries, ""
-			}
-			a, err := parseHost(strings.TrimSpace(entry))
-			if err != nil {
-				return client // garbage from a trusted hop: keep the last good one
-			}
-			client = a
-			if !c.isTrusted(a) {
-				return a
-			}
-		}
-	}
-	return client // every hop is trusted: the leftmost is the client
-}
-
-// walkForwarded walks the for= values of the Forwarded lines from the
-// right, as client walks X-Forwarded-For, starting from the trusted peer.
-func (c *ipConfig) walkForwarded(lines []string, peer netip.Addr) netip.Addr {
-	client := peer
-	for i := len(lines) - 1; i >= 0; i-- {
-		rest := lines[i]
-		for rest != "" {
-			var element string
-			rest, element = lastElement(rest)
-			element = trimOWS(element)
-			if element == "" {
-				continue // an empty list element, which RFC 9110 says to ignore
-			}
-			node, ok := forwardedFor(element)
-			if !ok {
-				return client // no usable for=: keep the last good hop
-			}
-			a, ok := parseNode(node)
-			if !ok {
-				return client // "unknown", obfuscated or garbage: the same
-			}
-			client = a
-			if !c.isTrusted(a) {
-				return a
-			}
-		}
-	}
-	return client // every hop is trusted: the leftmost is the client
-}
-
-// lastElement cuts the last element off a Forwarded line: it returns the
-// text before the last comma outside a quoted string, and the text after
-// it. It reads from the end of the line, so an element a proxy appended
-// is found whatever a client wrote before it (an unclosed quote
-// included): inside a quoted string, a quote preceded by an odd number of
-// backslashes is escaped, any other opens the string. For a line that
-// parses, this agrees with reading it from the start.
-func lastElement(line string) (before, element string) {
-	quoted := false
-	for i := len(line) - 1; i >= 0; i-- {
-		switch line[i] {
-		case '"':
-			if !quoted {
-				quoted = true
-				continue
-			}
-			n := 0
-			for j := i - 1; j >= 0 && line[j] == '\\'; j-- {
-				n++
-			}
-			if n%2 == 0 {
-				quoted = false
-			}
-		case ',':
-			if !quoted {
-				return line[:i], line[i+1:]
-			}
-		}
-	}
-	return "", line
-}
-
-// forwardedFor returns the for= value of one Forwarded element, unquoted,
-// and whether the element parsed, gave for= exactly once and no parameter
-// twice. An element of more than maxForwardedPairs parameters does not
-// parse, which bounds the search for duplicates.
-func forwardedFor(element string) (string, bool) {
-	var seen [maxForwardedPairs]string
-	names := seen[:0]
-	var node string
-	found := false
-	for p := 0; ; {
-		for p < len(element) && (element[p] == ' ' || element[p] == '\t') {
-			p++
-		}
-		if p == len(element) {
-			return node, found
-		}
-		if element[p] == ';' { // an empty pair
-			p++
-			continue
-		}
-		start := p
-		for p < len(element) && isTokenChar(element[p]) {
-			p++
-		}
-		name := element[start:p]
-		if name == "" || p == len(element) || element[p] != '=' {
-			return "", false
-		}
-		p++
-		var value string
-		if p < len(element) && element[p] == '"' {
-			var ok bool
-			if value, p, ok = quotedString(element, p); !ok {
-				return "", false
-			}
-		} else {
-			start = p
-			for p < len(element) && (isTokenChar(element[p]) || element[p] == ':' || element[p] == '[' || element[p] == ']') {
-				p++
-			}
-			value = element[start:p]
-		}
-		for p < len(element) && (element[p] == ' ' || element[p] == '\t') {
-			p++
-		}
-		if value == "" || (p < len(element) && element[p] != ';') {
-			return "", false
-		}
-		for _, n := range names {
-			if strings.EqualFold(n, name) {
-				return "", false // a parameter given twice
-			}
-		}
-		if len(names) == maxForwardedPairs {
-			return "", false
-		}
-		names = append(names, name)
-		if strings.EqualFold(name, "for") {
-			node, found = value, true
-		}
-	}
-}
-
-// maxForwardedPairs is the most parameters a Forwarded element may have:
-// RFC 7239 defines four (by, for, host, proto).
-const maxForwardedPairs = 16
-
-// quotedString reads the quoted string that starts at s[p], a quote, and
-// returns its value with backslash escapes undone and the index after its
-// closing quote. It fails on an unclosed string and on control characters
-// other than tab.
-func quotedString(s string, p int) (value string, end int, ok bool) {
-	p++
-	start := p
-	var buf []byte // only when the string has an escape
-	for p < len(s) {
-		c := s[p]
-		switch {
-		case c == '"':
-			if buf == nil {
-				return s[start:p], p + 1, true
-			}
-			return string(buf), p + 1, true
-		case c == '\\':
-			if p+1 == len(s) || isCtl(s[p+1]) {
-				return "", 0, false
-			}
-			if buf == nil {
-				buf = append(make([]byte, 0, len(s)-start), s[start:p]...)
-			}
-			buf = append(buf, s[p+1])
-			p += 2
-			continue
-		case isCtl(c):
-			return "", 0, false
-		}
-		if buf != nil {
-			buf = append(buf, c)
-		}
-		p++
-	}
-	return "", 0, false
-}
-
-// isCtl reports whether c is a control character other than tab.
-func isCtl(c byte) bool { return (c < ' ' && c != '\t') || c == 0x7f }
-
-// isTokenChar reports whether c may appear in an HTTP token (RFC 9110
-// tchar).
-func isTokenChar(c byte) bool { return tokenChars[c] }
-
-var tokenChars = func() (t [256]bool) {
-	for c := 'a'; c <= 'z'; c++ {
-		t[c], t[c-'a'+'A'] = true, true
-	}
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for _, c := range []byte("!#$%&'*+-.^_`|~") {
-		t[c] = true
-	}
-	return t
-}()
-
-// trimOWS trims spaces and tabs from both ends of s.
-func trimOWS(s string) string {
-	for s != "" && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for s != "" && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-// parseNode parses a Forwarded node that is an address: "192.0.2.60",
-// "192.0.2.60:4711", "[2001:db8::1]", "[2001:db8::1]:4711", with a port of
-// up to five digits or obfuscated ("_p1"); also an unbracketed IPv6
-// address without a port. It drops any zone and unmaps IPv4-mapped IPv6
-// addresses. "unknown" and obfuscated identifiers are not addresses.
-func parseNode(node string) (netip.Addr, bool) {
-	host, port, hasPort := node, "", false
-	bracketed := strings.HasPrefix(node, "[")
-	if bracketed {
-		end := strings.IndexByte(node, ']')
-		if end < 0 {
-			return netip.Addr{}, false
-		}
-		host = node[1:end]
-		if rest := node[end+1:]; rest != "" {
-			if rest[0] != ':' {
-				return netip.Addr{}, false
-			}
-			port, hasPort = rest[1:], true
-		}
-	} else if strings.Count(node, ":") == 1 {
-		i := strings.IndexByte(node, ':')
-		host, port, hasPort = node[:i], node[i+1:], true
-	}
-	if hasPort && !validNodePort(port) {
-		return netip.Addr{}, false
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil || (bracketed && !a.Is6()) {
-		return netip.Addr{}, false
-	}
-	return a.WithZone("").Unmap(), true
-}
-
-// validNodePort reports whether port is an RFC 7239 node-port: one to five
-// digits, or "_" and an obfuscated identifier.
-func validNodePort(port string) bool {
-	if port == "" {
-		return false
-	}
-	if port[0] == '_' {
-		if len(port) == 1 {
-			return false
-		}
-		for i := 1; i < len(port); i++ {
-			c := port[i]
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-				return false
-			}
-		}
-		return true
-	}
-	if len(port) > 5 {
-		return false
-	}
-	for i := 0; i < len(port); i++ {
-		if port[i] < '0' || port[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// lastValue parses the last comma-separated value of the last of a
-// single-value header's lines: the one the nearest trusted proxy set.
-// Earlier values, which the client may have sent, are never looked at.
-func lastValue(lines []string) (netip.Addr, bool) {
-	if len(lines) == 0 {
-		return netip.Addr{}, false
-	}
-	v := lines[len(lines)-1]
-	if i := strings.LastIndexByte(v, ','); i >= 0 {
-		v = v[i+1:]
-	}
-	a, err := parseHost(strings.TrimSpace(v))
-	return a, err == nil
-}
-
-// isTrusted reports whether a is a trusted proxy; the invalid address is
-// the Unix-socket peer.
-func (c *ipConfig) isTrusted(a netip.Addr) bool {
-	if !a.IsValid() {
-		return c.trustUnix
-	}
-	for _, p := range c.trusted {
-		if p.Contains(a) {
-			return true
-		}
 	}
 	return false
 }

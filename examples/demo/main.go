@@ -103,32 +103,9 @@ func demo() {
 		admitted := 0
 		for _, s := range scenario {
 			now = start.Add(s.at)
-			var marks strings.Builder
-			var last, denied, delayed core.Result
-			for r := 0; r < s.requests; r++ {
-				res, err := lim.Allow(ctx, fmt.Sprintf("client-%d", i), l)
-				if err != nil {
-					log.Fatalf("redis: %v", err)
-				}
-				last = res
-				if res.Allowed {
-					admitted++
-					marks.WriteByte('+')
-					if res.Delay > 0 {
-						delayed = res
-					}
-				} else {
-					denied = res
-					marks.WriteByte('-')
-				}
-			}
-			fmt.Fprintf(w, "\t%s rem %d", marks.String(), last.Remaining)
-			if denied.RetryAfter > 0 {
-				fmt.Fprintf(w, " retry %v", denied.RetryAfter)
-			}
-			if delayed.Delay > 0 {
-				fmt.Fprintf(w, " queued up to %v", delayed.Delay)
-			}
+			b := sendBurst(ctx, lim, fmt.Sprintf("client-%d", i), l, s.requests)
+			admitted += b.admitted
+			fmt.Fprintf(w, "\t%s", b)
 		}
 		fmt.Fprintf(w, "\t%d\n", admitted)
 	}
@@ -137,6 +114,53 @@ func demo() {
 	fmt.Println("they are served 200ms apart.")
 
 	frameworks(lim)
+}
+
+// burst is what the requests of one step got: a mark for each (+
+// admitted, - rejected), how many were admitted, the last result, the last
+// rejection and the last admission with a delay.
+type burst struct {
+	marks                 string
+	admitted              int
+	last, denied, delayed core.Result
+}
+
+// sendBurst sends n requests for key under l at once.
+func sendBurst(ctx context.Context, lim *core.Limiter, key string, l core.Limit, n int) burst {
+	var b burst
+	var marks strings.Builder
+	for r := 0; r < n; r++ {
+		res, err := lim.Allow(ctx, key, l)
+		if err != nil {
+			log.Fatalf("redis: %v", err)
+		}
+		b.last = res
+		if res.Allowed {
+			b.admitted++
+			marks.WriteByte('+')
+			if res.Delay > 0 {
+				b.delayed = res
+			}
+		} else {
+			b.denied = res
+			marks.WriteByte('-')
+		}
+	}
+	b.marks = marks.String()
+	return b
+}
+
+// String is the burst's cell in the table: its marks, the last Remaining,
+// the last Retry-After and the longest queueing delay.
+func (b burst) String() string {
+	cell := fmt.Sprintf("%s rem %d", b.marks, b.last.Remaining)
+	if b.denied.RetryAfter > 0 {
+		cell += fmt.Sprintf(" retry %v", b.denied.RetryAfter)
+	}
+	if b.delayed.Delay > 0 {
+		cell += fmt.Sprintf(" queued up to %v", b.delayed.Delay)
+	}
+	return cell
 }
 
 // frameworks sends the same requests through the same one-line limit in

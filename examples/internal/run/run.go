@@ -205,67 +205,88 @@ func onBoth(t *testing.T, newApp func(*core.Limiter) http.Handler, f func(*testi
 func check(t *testing.T, newApp func(*core.Limiter) http.Handler, rdb *redis.Client) {
 	t.Cleanup(func() { rdb.Close() })
 	still := time.Now()
-	app := newApp(core.New(rdb, core.WithTimeout(10*time.Second), core.WithClock(func() time.Time { return still })))
-	send := func(method, path, from string, header ...string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(method, path, nil)
-		r.RemoteAddr = from + ":4000"
-		for i := 0; i+1 < len(header); i += 2 {
-			r.Header.Set(header[i], header[i+1])
-		}
-		w := httptest.NewRecorder()
-		app.ServeHTTP(w, r)
-		return w
-	}
-	want := func(what string, w *httptest.ResponseRecorder, status int, header ...string) {
-		t.Helper()
-		if w.Code != status {
-			t.Fatalf("%s: %d %q, want %d", what, w.Code, w.Body, status)
-		}
-		for i := 0; i+1 < len(header); i += 2 {
-			if got := w.Header().Get(header[i]); got != header[i+1] {
-				t.Fatalf("%s: %s %q, want %q (headers %v)", what, header[i], got, header[i+1], w.Header())
-			}
-		}
-	}
+	a := &app{t, newApp(core.New(rdb, core.WithTimeout(10*time.Second), core.WithClock(func() time.Time { return still })))}
+	a.checkEveryRequest()
+	a.checkLogin()
+	a.checkAPI()
+}
 
-	// Every request: 20 a second per client address.
-	want("GET /hello", send("GET", "/hello", "198.51.100.9"), http.StatusOK,
+// app is an example app under test.
+type app struct {
+	t *testing.T
+	http.Handler
+}
+
+// send sends a request from the address from, with header's name and
+// value pairs set.
+func (a *app) send(method, path, from string, header ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, nil)
+	r.RemoteAddr = from + ":4000"
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Set(header[i], header[i+1])
+	}
+	w := httptest.NewRecorder()
+	a.ServeHTTP(w, r)
+	return w
+}
+
+// want fails the test unless w has status and header's name and value
+// pairs.
+func (a *app) want(what string, w *httptest.ResponseRecorder, status int, header ...string) {
+	a.t.Helper()
+	if w.Code != status {
+		a.t.Fatalf("%s: %d %q, want %d", what, w.Code, w.Body, status)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		if got := w.Header().Get(header[i]); got != header[i+1] {
+			a.t.Fatalf("%s: %s %q, want %q (headers %v)", what, header[i], got, header[i+1], w.Header())
+		}
+	}
+}
+
+// checkEveryRequest: every request, 20 a second per client address;
+// behind the load balancer (10.0.0.0/8), the forwarded address is the
+// client, and anyone else's X-Forwarded-For is not believed.
+func (a *app) checkEveryRequest() {
+	a.want("GET /hello", a.send("GET", "/hello", "198.51.100.9"), http.StatusOK,
 		"X-RateLimit-Limit", "20", "X-RateLimit-Remaining", "19", "X-RateLimit-Reset", "1")
 	for i := 0; i < 19; i++ {
-		send("GET", "/hello", "198.51.100.9")
+		a.send("GET", "/hello", "198.51.100.9")
 	}
-	want("the 21st GET /hello in a second", send("GET", "/hello", "198.51.100.9"), http.StatusTooManyRequests,
+	a.want("the 21st GET /hello in a second", a.send("GET", "/hello", "198.51.100.9"), http.StatusTooManyRequests,
 		"Retry-After", "1")
 
-	// Behind the load balancer (10.0.0.0/8), the forwarded address is the
-	// client; anyone else's X-Forwarded-For is not believed.
-	want("the same client through the balancer", send("GET", "/hello", "10.0.0.5", "X-Forwarded-For", "198.51.100.9"),
+	a.want("the same client through the balancer", a.send("GET", "/hello", "10.0.0.5", "X-Forwarded-For", "198.51.100.9"),
 		http.StatusTooManyRequests)
-	want("another client through the balancer", send("GET", "/hello", "10.0.0.5", "X-Forwarded-For", "203.0.113.50"),
+	a.want("another client through the balancer", a.send("GET", "/hello", "10.0.0.5", "X-Forwarded-For", "203.0.113.50"),
 		http.StatusOK, "X-RateLimit-Remaining", "19")
-	want("a forged X-Forwarded-For", send("GET", "/hello", "192.0.2.77", "X-Forwarded-For", "198.51.100.9"),
+	a.want("a forged X-Forwarded-For", a.send("GET", "/hello", "192.0.2.77", "X-Forwarded-For", "198.51.100.9"),
 		http.StatusOK, "X-RateLimit-Remaining", "19")
+}
 
-	// Password guessing: 5 attempts a minute per client.
+// checkLogin: password guessing, 5 attempts a minute per client.
+func (a *app) checkLogin() {
 	for i := 1; i <= 5; i++ {
-		want("login", send("POST", "/login", "203.0.113.8"), http.StatusOK)
+		a.want("login", a.send("POST", "/login", "203.0.113.8"), http.StatusOK)
 	}
-	want("the sixth login in a minute", send("POST", "/login", "203.0.113.8"), http.StatusTooManyRequests,
+	a.want("the sixth login in a minute", a.send("POST", "/login", "203.0.113.8"), http.StatusTooManyRequests,
 		"Retry-After", "60")
+}
 
-	// The API: signed in, 10 a second and 5000 a day per user, both
-	// announced.
-	want("the API signed out", send("GET", "/api/orders", "203.0.113.9"), http.StatusUnauthorized)
+// checkAPI: the API, signed in, 10 a second and 5000 a day per user, both
+// announced.
+func (a *app) checkAPI() {
+	a.want("the API signed out", a.send("GET", "/api/orders", "203.0.113.9"), http.StatusUnauthorized)
 	alice := []string{"Authorization", "Bearer alice"}
-	want("the API as alice", send("GET", "/api/orders", "203.0.113.9", alice...), http.StatusOK,
+	a.want("the API as alice", a.send("GET", "/api/orders", "203.0.113.9", alice...), http.StatusOK,
 		"X-RateLimit-Limit", "10", "X-RateLimit-Remaining", "9",
 		"RateLimit", `"api";r=9;t=1, "api-24h";r=4999;t=86400`)
 	for i := 0; i < 9; i++ {
-		send("GET", "/api/orders", "203.0.113.10", alice...) // another address: the limit is alice's
+		a.send("GET", "/api/orders", "203.0.113.10", alice...) // another address: the limit is alice's
 	}
-	want("alice's 11th in a second", send("GET", "/api/orders", "203.0.113.11", alice...), http.StatusTooManyRequests,
+	a.want("alice's 11th in a second", a.send("GET", "/api/orders", "203.0.113.11", alice...), http.StatusTooManyRequests,
 		"Retry-After", "1", "X-RateLimit-Remaining", "0")
-	want("bob", send("GET", "/api/orders", "203.0.113.11", "Authorization", "Bearer bob"), http.StatusOK,
+	a.want("bob", a.send("GET", "/api/orders", "203.0.113.11", "Authorization", "Bearer bob"), http.StatusOK,
 		"X-RateLimit-Remaining", "9")
 }
 
