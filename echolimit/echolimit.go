@@ -32,7 +32,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync/atomic"
 
 	"github.com/labstack/echo/v4"
 
@@ -76,9 +75,8 @@ func Middleware(p redlimit.Policy) echo.MiddlewareFunc {
 			if r.Pattern == "" {
 				r.Pattern = c.Path()
 			}
-			if keysUsed.Load() { // where Key finds the echo context; the handlers keep c.Request()
-				r = r.WithContext(context.WithValue(r.Context(), contextKey{}, c))
-			}
+			// Where Key and Tier find the echo context; the handlers keep c.Request().
+			r = r.WithContext(context.WithValue(r.Context(), contextKey{}, c))
 			var err error
 			redlimit.Serve(p, c.Response(), r, func(_ http.ResponseWriter, served *http.Request) int {
 				if u := redlimit.UsageFrom(served.Context()); u != nil { // a budget's: the handler reports to it
@@ -106,13 +104,8 @@ func status(c echo.Context, err error) int {
 }
 
 // contextKey is where the middleware puts the echo context in the context
-// of the request it decides, for Key.
+// of the request it decides, for Key and Tier.
 type contextKey struct{}
-
-// keysUsed is set once Key has been called: only then does the middleware
-// put the echo context where Key finds it, which costs two allocations a
-// request.
-var keysUsed atomic.Bool
 
 // Key keys requests by the value an echo middleware before this one stored
 // under name with c.Set, as "<name>:<value>": Key("user") with
@@ -123,12 +116,11 @@ var keysUsed atomic.Bool
 // policy answers it 400 and logs it, unless keyfunc.First falls back; a
 // value of another type is an error too. Key finds the echo context only
 // in requests decided by this package's middleware; elsewhere it is an
-// error wrapping keyfunc.ErrNoKey. Once Key has been called, the
-// middleware puts the echo context in the context of each request it
-// decides, which costs two allocations a request. The Func is safe for
-// concurrent use.
+// error wrapping keyfunc.ErrNoKey. The middleware puts the echo context
+// in the context of every request it decides (two allocations a request),
+// whether or not Key is called: Key may be called at any time. The Func is
+// safe for concurrent use.
 func Key(name string) keyfunc.Func {
-	keysUsed.Store(true)
 	return func(r *http.Request) (string, error) {
 		c, ok := r.Context().Value(contextKey{}).(echo.Context)
 		if !ok {
@@ -144,13 +136,11 @@ func Key(name string) keyfunc.Func {
 // A request without the value is of the default tier (the rules without
 // one); a value of another type is an error, logged, and the request
 // decided by the default's rules. Like Key, it finds the echo context only
-// in requests decided by this package's middleware, which then puts it in
-// the context of each request it decides. The function is safe for
+// in requests decided by this package's middleware. The function is safe for
 // concurrent use.
 //
 //	echolimit.Rules(lim, rules, redlimit.WithTier(echolimit.Tier("plan")))
 func Tier(name string) func(redlimit.Request) (string, error) {
-	keysUsed.Store(true)
 	return func(q redlimit.Request) (string, error) {
 		c, ok := q.Context.Value(contextKey{}).(echo.Context)
 		if !ok {

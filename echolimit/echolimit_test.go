@@ -229,3 +229,26 @@ func TestCheckRules(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyMadeLate: a Key first made while a request is decided finds the
+// echo context: the middleware depends on no process-wide state. (It once
+// put the echo context where Key finds it only once some Key call,
+// anywhere, had set a flag, so such a Key failed the process's first
+// requests.) Not parallel: it runs before the parallel tests, which call
+// Key.
+func TestKeyMadeLate(t *testing.T) {
+	lim := adaptertest.Embedded(t)
+	var got []string
+	observe := redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) { got = append(got, d.Key) })
+	late := func(r *http.Request) (string, error) { return echolimit.Key("user")(r) } // Key's first call is in a request
+	e := echo.New()
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error { c.Set("user", "alice"); return next(c) }
+	}, echolimit.New(lim, core.PerMinute(100), redlimit.WithKey(late), observe))
+	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	if w.Code != http.StatusOK || len(got) != 1 || got[0] != "user:alice" {
+		t.Fatalf("the first request: %d, keyed %q; want 200 and user:alice", w.Code, got)
+	}
+}

@@ -29,7 +29,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync/atomic"
 
 	"github.com/gin-gonic/gin"
 
@@ -72,9 +71,8 @@ func Middleware(p redlimit.Policy) gin.HandlerFunc {
 		if r.Pattern == "" {
 			r.Pattern = c.FullPath()
 		}
-		if keysUsed.Load() { // where Key finds the gin context; the handlers keep c.Request
-			r = r.WithContext(context.WithValue(r.Context(), contextKey{}, c))
-		}
+		// Where Key and Tier find the gin context; the handlers keep c.Request.
+		r = r.WithContext(context.WithValue(r.Context(), contextKey{}, c))
 		d := redlimit.Serve(p, c.Writer, r, func(_ http.ResponseWriter, served *http.Request) int {
 			if u := redlimit.UsageFrom(served.Context()); u != nil { // a budget's: the handler reports to it
 				c.Request = c.Request.WithContext(redlimit.ContextWithUsage(c.Request.Context(), u))
@@ -89,13 +87,8 @@ func Middleware(p redlimit.Policy) gin.HandlerFunc {
 }
 
 // contextKey is where the middleware puts the gin context in the context
-// of the request it decides, for Key.
+// of the request it decides, for Key and Tier.
 type contextKey struct{}
-
-// keysUsed is set once Key has been called: only then does the middleware
-// put the gin context where Key finds it, which costs two allocations a
-// request.
-var keysUsed atomic.Bool
 
 // Key keys requests by the value a gin handler before the middleware
 // stored under name with c.Set, as "<name>:<value>": Key("user") with
@@ -106,12 +99,11 @@ var keysUsed atomic.Bool
 // policy answers it 400 and logs it, unless keyfunc.First falls back; a
 // value of another type is an error too. Key finds the gin context only
 // in requests decided by this package's middleware; elsewhere it is an
-// error wrapping keyfunc.ErrNoKey. Once Key has been called, the
-// middleware puts the gin context in the context of each request it
-// decides, which costs two allocations a request. The Func is safe for
-// concurrent use.
+// error wrapping keyfunc.ErrNoKey. The middleware puts the gin context
+// in the context of every request it decides (two allocations a request),
+// whether or not Key is called: Key may be called at any time. The Func is
+// safe for concurrent use.
 func Key(name string) keyfunc.Func {
-	keysUsed.Store(true)
 	return func(r *http.Request) (string, error) {
 		c, ok := r.Context().Value(contextKey{}).(*gin.Context)
 		if !ok {
@@ -128,13 +120,11 @@ func Key(name string) keyfunc.Func {
 // A request without the value is of the default tier (the rules without
 // one); a value of another type is an error, logged, and the request
 // decided by the default's rules. Like Key, it finds the gin context only
-// in requests decided by this package's middleware, which then puts it in
-// the context of each request it decides. The function is safe for
+// in requests decided by this package's middleware. The function is safe for
 // concurrent use.
 //
 //	ginlimit.Rules(lim, rules, redlimit.WithTier(ginlimit.Tier("plan")))
 func Tier(name string) func(redlimit.Request) (string, error) {
-	keysUsed.Store(true)
 	return func(q redlimit.Request) (string, error) {
 		c, ok := q.Context.Value(contextKey{}).(*gin.Context)
 		if !ok {

@@ -189,3 +189,24 @@ func TestCheckRules(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyMadeLate: a Key first made while a request is decided finds the
+// gin context: the middleware depends on no process-wide state. (It once
+// put the gin context where Key finds it only once some Key call,
+// anywhere, had set a flag, so such a Key failed the process's first
+// requests.) Not parallel: it runs before the parallel tests, which call
+// Key.
+func TestKeyMadeLate(t *testing.T) {
+	lim := adaptertest.Embedded(t)
+	var got []string
+	observe := redlimit.WithObserver(func(r *http.Request, d redlimit.Decision) { got = append(got, d.Key) })
+	late := func(r *http.Request) (string, error) { return ginlimit.Key("user")(r) } // Key's first call is in a request
+	r := gin.New()
+	r.GET("/", func(c *gin.Context) { c.Set("user", "alice") },
+		ginlimit.New(lim, core.PerMinute(100), redlimit.WithKey(late), observe), func(c *gin.Context) {})
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	if w.Code != http.StatusOK || len(got) != 1 || got[0] != "user:alice" {
+		t.Fatalf("the first request: %d, keyed %q; want 200 and user:alice", w.Code, got)
+	}
+}

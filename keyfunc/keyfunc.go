@@ -71,8 +71,9 @@ func ContextUser(ctxKey any) Func {
 // "route:GET /users/{id}": never by the raw path, so /users/1 and /users/2
 // share one key and a client cannot mint new keys by varying the path.
 //
-// The template is r.Pattern: net/http's ServeMux sets it, and the ginlimit
-// and echolimit adapters set it from gin's c.FullPath() and echo's c.Path().
+// The template is r.Pattern: net/http's ServeMux sets it, the ginlimit
+// and echolimit adapters set it from gin's c.FullPath() and echo's
+// c.Path(), and chilimit from chi's routes, wherever it is mounted.
 // A request no route matched has no template; all such requests share the
 // key "route:<method> (unmatched)".
 func Route() Func {

@@ -1,5 +1,5 @@
 // Package adaptertest is the conformance suite every HTTP adapter (nethttp,
-// ginlimit, echolimit) passes: one table of behaviours, run through each
+// ginlimit, echolimit, chilimit) passes: one table of behaviours, run through each
 // framework's own routing and error handling.
 package adaptertest
 
@@ -52,7 +52,8 @@ type Spec struct {
 	// StoreUser, when set, asks for a middleware before every other that
 	// stores the value of the request's X-User header, if it has one,
 	// under this name in the framework's own per-request store (gin's and
-	// echo's c.Set), where Adapter.UserKey finds it.
+	// echo's c.Set; the request's context for chi, which has none), where
+	// Adapter.UserKey finds it.
 	StoreUser string
 }
 
@@ -65,7 +66,8 @@ type Adapter struct {
 	// framework's own way. It returns the rules' error.
 	App func(s Spec) (http.Handler, error)
 	// UserKey, if set, is the framework's key function for a value stored
-	// under name as Spec.StoreUser stores it (ginlimit.Key, echolimit.Key).
+	// under name as Spec.StoreUser stores it (ginlimit.Key, echolimit.Key,
+	// keyfunc.ContextUser for chi).
 	// The suite's ContextUser case runs for adapters that have one.
 	UserKey func(name string) keyfunc.Func
 }
