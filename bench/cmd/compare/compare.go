@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -111,12 +112,22 @@ type measurement struct {
 	ops      int64         // decisions started while measuring
 	elapsed  time.Duration // from the start of measuring until every goroutine stopped
 	mallocs  uint64        // heap allocations meanwhile, the whole process
+	cpu      time.Duration // user+system CPU time of the whole process meanwhile; -1 if unknown
 	lat      *harness.Hist // latency of each decision
 	srvUsec  float64       // server time in EVALSHA and EVAL
 	srvCalls float64       // EVALSHA and EVAL calls
 	errors   int64         // failed decisions and wrong answers, warm-up included
 	warmErrs int64         // those of them started during warm-up
 	firstErr error
+}
+
+// cpuPerOp returns the process's CPU time per decision in µs, NaN if
+// unknown.
+func (m *measurement) cpuPerOp() float64 {
+	if m.cpu < 0 {
+		return math.NaN()
+	}
+	return float64(m.cpu) / float64(time.Microsecond) / float64(max(m.ops, 1))
 }
 
 func (m *measurement) rate() float64 {
@@ -333,15 +344,18 @@ func measure(ctx context.Context, admin *redis.Client, o op, want bool, c cell, 
 	sleep(ctx, warmup)
 	var before, after runtime.MemStats
 	phase.Store(measuring)
-	start := time.Now()
+	start, cpuStart := time.Now(), processCPU()
 	runtime.ReadMemStats(&before)
 	resetErr := admin.ConfigResetStat(ctx).Err()
 	sleep(ctx, duration)
 	phase.Store(stopped)
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpuEnd := time.Since(start), processCPU()
 	runtime.ReadMemStats(&after)
-	m := &measurement{elapsed: elapsed, mallocs: after.Mallocs - before.Mallocs, lat: new(harness.Hist)}
+	m := &measurement{elapsed: elapsed, mallocs: after.Mallocs - before.Mallocs, cpu: -1, lat: new(harness.Hist)}
+	if cpuStart >= 0 && cpuEnd >= 0 {
+		m.cpu = cpuEnd - cpuStart
+	}
 
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redlimit/redlimit/bench/internal/harness"
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
@@ -34,6 +38,8 @@ func TestCompareSmoke(t *testing.T) {
 			t.Errorf("%s: %d errors, first: %v", r.name, s.errors, s.firstErr)
 		case !(s.ratio > 0):
 			t.Errorf("%s: ratio to evalsha %v, want positive", r.name, s.ratio)
+		case processCPU() >= 0 && !(s.cpuPerOp > 0 && s.cpuPerOp < 1e6):
+			t.Errorf("%s: %v µs of CPU per decision, want positive (and below a second)", r.name, s.cpuPerOp)
 		case r.name == "http-cost-refund" && !(s.callsPerOp > 1 && s.callsPerOp < 2.5):
 			t.Errorf("%s: %v script calls per request, want two or fewer: the decision, and the settlement", r.name, s.callsPerOp)
 		case r.name != "deny-cache" && r.name != "http-cost-refund" && !(s.callsPerOp > 0 && s.callsPerOp < 1.5):
@@ -115,5 +121,78 @@ func TestRate(t *testing.T) {
 	rep.writeText(&text)
 	if !strings.Contains(text.String(), "core.Limit{Rate: 1, Period: time.Second}") {
 		t.Errorf("the heading does not name the rate:\n%s", text.String())
+	}
+}
+
+// TestTSVAndAB: -tsv appends a run's measurements, and -ab prints the
+// medians of two such files side by side, with the ratios to evalsha
+// taken round by round.
+func TestTSVAndAB(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Goroutines, cfg.Keys, cfg.Only = []int{1}, []int{1}, []string{"core"}
+	c := cell{goroutines: 1, keys: 1}
+	core := cfg.selected()[1]
+	// run writes one round in which evalsha made 2000 decisions in a
+	// second on 30 ms of CPU, and core made ops on 20 ms.
+	run := func(path string, ops int64) {
+		rep := newReport(cfg, "addr", "7.0")
+		rep.add(c, map[*row]*measurement{
+			evalshaRow: {ops: 2000, elapsed: time.Second, mallocs: 16000, cpu: 30 * time.Millisecond, lat: new(harness.Hist)},
+			core:       {ops: ops, elapsed: time.Second, mallocs: 7 * uint64(ops), cpu: 20 * time.Millisecond, lat: new(harness.Hist)},
+		})
+		if err := rep.appendTSV(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	oldPath, newPath := filepath.Join(dir, "old.tsv"), filepath.Join(dir, "new.tsv")
+	for _, ops := range []int64{1000, 900, 1100} {
+		run(oldPath, ops)
+		run(newPath, ops*3/2)
+	}
+	before, err := readTSV(oldPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := abKey{keys: 1, goroutines: 1, row: "core"}
+	if got, want := before.rounds(), 3; got != want {
+		t.Errorf("rounds %d, want %d", got, want)
+	}
+	if got, want := before.median(k, "x_evalsha"), 0.5; got != want {
+		t.Errorf("median × EVALSHA %v, want %v", got, want)
+	}
+	if got, want := before.median(k, "cpu_us/op"), 20.0; got != want {
+		t.Errorf("median CPU µs/op %v, want %v", got, want)
+	}
+	if got, want := before.median(k, "cpu_x_evalsha"), 20.0/15; math.Abs(got-want) > 1e-4 {
+		t.Errorf("median CPU × EVALSHA %v, want %v", got, want)
+	}
+	if got, want := before.median(k, "allocs/op"), 7.0; got != want {
+		t.Errorf("median allocs/op %v, want %v", got, want)
+	}
+
+	var out bytes.Buffer
+	if err := mainErr([]string{"-ab=" + oldPath + "," + newPath}, &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	// core: 0.50 of evalsha before, 0.75 after, 1.5 times; 20 µs of CPU
+	// a decision before, 13.3 after.
+	for _, want := range []string{"evalsha", "0.50 (0.45–0.55)", "0.75 (0.68–0.82)", "1.50", "20.0", "13.3", "1.33", "0.89", "1 000", "1 500"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("-ab output lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	for _, bad := range []string{"round\tkeys\n1\t2\n", "1\t1\t1\tcore\n", "round\tkeys\tgoroutines\trow\tx_evalsha\n1\t1\t1\tcore\tfast\n", ""} {
+		path := filepath.Join(dir, "bad.tsv")
+		if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readTSV(path); err == nil {
+			t.Errorf("readTSV(%q): no error", bad)
+		}
+	}
+	if err := mainErr([]string{"-ab=" + oldPath}, &out, &bytes.Buffer{}); err == nil {
+		t.Error("-ab with one file: no error")
 	}
 }

@@ -7,6 +7,7 @@
 //	go run ./cmd/compare -only=core,ulule -goroutines=16 -keys=10000 -duration=3s
 //	go run ./cmd/compare -rounds=3 -markdown           # medians of three, for the README
 //	go run ./cmd/compare -rate=1000000000              # the runs before 2026-11-27: limits of 1e9/s
+//	go run ./cmd/compare -ab=old.tsv,new.tsv           # two builds side by side: see abrun.sh
 //
 // It starts its own redis-server (from PATH, or -redis-server) on a free
 // loopback port, with no persistence, and stops it when done. Every row is
@@ -47,6 +48,9 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if opts.ab != "" {
+		return compareAB(opts.ab, opts.markdown, stdout)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
@@ -74,6 +78,11 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if opts.tsv != "" {
+		if err := rep.appendTSV(opts.tsv); err != nil {
+			return fmt.Errorf("-tsv: %w", err)
+		}
+	}
 	if opts.markdown {
 		rep.writeMarkdown(stdout)
 	} else {
@@ -91,6 +100,7 @@ type cliOptions struct {
 	markdown    bool
 	quiet       bool
 	cpuProfile  string
+	tsv, ab     string
 }
 
 // parseFlags reads the command line into a config.
@@ -117,6 +127,8 @@ func parseFlags(args []string, stderr io.Writer) (config, cliOptions, error) {
 	fs.StringVar(&opts.redisServer, "redis-server", "redis-server", "the redis-server binary to start")
 	fs.BoolVar(&opts.markdown, "markdown", false, "print Markdown tables instead of fixed-width text")
 	fs.BoolVar(&opts.quiet, "q", false, "do not report progress on stderr")
+	fs.StringVar(&opts.tsv, "tsv", "", "also append every measurement to this file, tab-separated: a header, then a line per row, cell and round (for -ab)")
+	fs.StringVar(&opts.ab, "ab", "", "old.tsv,new.tsv: run nothing, print the medians of two -tsv files side by side, old against new (see abrun.sh)")
 	fs.StringVar(&opts.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	if err := harness.Parse(fs, args); err != nil {
 		return cfg, opts, err

@@ -14,6 +14,7 @@ import (
 // summary is one row in one cell, medians over the rounds.
 type summary struct {
 	rate, ratio  float64
+	cpuPerOp     float64 // µs; NaN where getrusage is missing
 	allocsPerOp  float64
 	p50, p99     time.Duration
 	srvUsecPerOp float64 // NaN when too few scripts ran
@@ -30,9 +31,12 @@ func (rep *report) summarize(r *row, c cell) (s summary, ok bool) {
 	if len(ms) == 0 {
 		return s, false
 	}
-	var rates, allocs, p50s, p99s, srv, calls []float64
+	var rates, cpus, allocs, p50s, p99s, srv, calls []float64
 	for _, m := range ms {
 		rates = append(rates, m.rate())
+		if m.cpu >= 0 {
+			cpus = append(cpus, m.cpuPerOp())
+		}
 		ops := float64(max(m.ops, 1))
 		allocs = append(allocs, float64(m.mallocs)/ops)
 		p50s = append(p50s, float64(m.lat.Quantile(0.50)))
@@ -48,7 +52,7 @@ func (rep *report) summarize(r *row, c cell) (s summary, ok bool) {
 		}
 	}
 	s.rate, s.ratio = harness.Median(rates), harness.Median(rep.ratios[r][c])
-	s.allocsPerOp = harness.Median(allocs)
+	s.cpuPerOp, s.allocsPerOp = harness.Median(cpus), harness.Median(allocs)
 	s.p50, s.p99 = time.Duration(harness.Median(p50s)), time.Duration(harness.Median(p99s))
 	s.srvUsecPerOp, s.callsPerOp = harness.Median(srv), harness.Median(calls)
 	return s, true
@@ -82,8 +86,10 @@ func (rep *report) heading() []string {
 		fmt.Sprintf("every row: a fresh go-redis v9 client, PoolSize %d, on a flushed database; its first decision loads its scripts", cfg.poolSize()),
 		fmt.Sprintf("throughput limits never deny: core.Limit{Rate: %d, Period: time.Second} (GCRA), redis_rate Rate=Burst=%d per second, ulule %d per second",
 			cfg.rate(), cfg.rate(), cfg.rate()),
-		"× EVALSHA: decisions/s over the evalsha row's in the same cell and round; allocs/op: runtime.MemStats.Mallocs",
-		"of the whole process per decision; p50, p99: latency of one decision; server µs/op, calls/op: EVALSHA and EVAL",
+		"× EVALSHA: decisions/s over the evalsha row's in the same cell and round; CPU µs/op: user+system CPU time of",
+		"this whole process per decision (getrusage RUSAGE_SELF over the measured interval: the callers' goroutines, go-redis's",
+		"and the limiter's own, GC; not redis-server's); allocs/op: runtime.MemStats.Mallocs of the whole process per decision;",
+		"p50, p99: latency of one decision; server µs/op, calls/op: EVALSHA and EVAL",
 		fmt.Sprintf("in INFO commandstats after CONFIG RESETSTAT, per decision (µs only from %d calls on); errors: failed or wrong answers,", minCalls),
 		fmt.Sprintf("warm-up included (redlimit's decisions time out after core.DefaultTimeout, %v; the peers wait as long as go-redis lets them)", core.DefaultTimeout),
 	}
@@ -98,7 +104,7 @@ func (rep *report) legend() [][2]string {
 	return out
 }
 
-var columns = []string{"keys", "goroutines", "row", "decisions/s", "× EVALSHA", "allocs/op", "p50", "p99", "server µs/op", "calls/op", "errors"}
+var columns = []string{"keys", "goroutines", "row", "decisions/s", "× EVALSHA", "CPU µs/op", "allocs/op", "p50", "p99", "server µs/op", "calls/op", "errors"}
 
 // tables returns, for each group that ran, its title and its lines of
 // cells: the evalsha reference first in every cell, then the group's rows.
@@ -124,7 +130,8 @@ func (rep *report) tables() (titles []string, tables [][][]string) {
 				}
 				lines = append(lines, []string{
 					strconv.Itoa(c.keys), strconv.Itoa(c.goroutines), r.name,
-					harness.GroupDigits(s.rate), harness.FmtFloat(s.ratio, 2), harness.FmtFloat(s.allocsPerOp, 1),
+					harness.GroupDigits(s.rate), harness.FmtFloat(s.ratio, 2),
+					harness.FmtFloat(s.cpuPerOp, 1), harness.FmtFloat(s.allocsPerOp, 1),
 					harness.FmtDuration(s.p50), harness.FmtDuration(s.p99),
 					harness.FmtFloat(s.srvUsecPerOp, 2), harness.FmtFloat(s.callsPerOp, 2), strconv.FormatInt(s.errors, 10),
 				})
