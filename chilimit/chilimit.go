@@ -42,7 +42,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 
 	"github.com/go-chi/chi/v5"
 
@@ -122,21 +121,14 @@ func route(r *http.Request) {
 	if method == "" {
 		method = r.Method
 	}
-	found := routeContexts.Get().(*chi.Context)
-	found.Reset()
+	found := chi.NewRouteContext()
 	if rctx.Routes.Find(found, method, path) != "" { // rctx.Routes is the top router
 		r.Pattern = found.RoutePattern()
 		for i, key := range found.URLParams.Keys {
 			r.SetPathValue(key, found.URLParams.Values[i])
 		}
 	}
-	routeContexts.Put(found)
 }
-
-// routeContexts holds chi routing contexts for route's lookups, which
-// would otherwise allocate one a request. A cache: it changes no
-// behaviour.
-var routeContexts = sync.Pool{New: func() any { return chi.NewRouteContext() }}
 
 // CheckRules reports, in one error wrapping redlimit.ErrInvalidRules, the
 // rules of a table that match no route of router (none of the routes
