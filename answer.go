@@ -38,25 +38,61 @@ func (a *answerer) check() error {
 }
 
 // deny answers a request whose Decision is not Allowed: with the deny
-// handler if one was given, else with an RFC 9457 problem under
-// WithProblemDetails, else with the JSON body
-// {"error":"...","retry_after":N}. The rate-limit fields are set
-// already (a 503's Retry-After: 1 too).
+// handler if one was given, else with d's Answer. The rate-limit fields
+// are set already (a 503's Retry-After: 1 too).
 func (a *answerer) deny(w http.ResponseWriter, r *http.Request, d Decision) {
-	switch {
-	case a.handler != nil:
+	if a.handler != nil {
 		a.handler(w, r, d)
-	case a.problem:
-		writeProblem(w, d)
-	default:
-		writeJSON(w, d)
+		return
 	}
+	contentType, body := d.Answer()
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(d.Status)
+	_, _ = w.Write(body)
 }
 
-// message is a short, safe text for the answer to a request that does not
-// pass; it never contains error details.
-func message(d Decision) string {
+// Answer returns the body of the answer to a request that may not proceed
+// (d not Allowed), and its Content-Type: the JSON object
+// {"error":"rate limit exceeded","retry_after":3} (retry_after, the
+// Retry-After sent, absent on a 400), or, when the policy has
+// WithProblemDetails, an RFC 9457 problem: a 429 as the IETF draft's
+// quota-exceeded type naming the policies that denied
+// ("violated-policies"), a 503 or 400 as about:blank. Its "error" or
+// "detail" is Message. The body ends in a newline.
+//
+// The HTTP adapters write it, with d.Status, X-Content-Type-Options:
+// nosniff and the rate-limit fields, unless WithDenyHandler replaces it.
+// An adapter for a framework not built on net/http (fiber, fasthttp)
+// calls ServeRequest for the Decision and the fields, and writes
+// d.Status, the fields and this body in its own way.
+func (d Decision) Answer() (contentType string, body []byte) {
+	if d.problem {
+		return "application/problem+json", problemBody(d)
+	}
+	buf := make([]byte, 0, 64)
+	buf = append(buf, `{"error":"`...)
+	buf = append(buf, d.Message()...) // a fixed message: nothing to escape
+	buf = append(buf, '"')
+	if d.RetryAfter > 0 {
+		buf = append(buf, `,"retry_after":`...)
+		buf = strconv.AppendInt(buf, retryAfterSeconds(d.RetryAfter), 10)
+	}
+	return "application/json; charset=utf-8", append(buf, "}\n"...)
+}
+
+// Message returns a short text for the answer to a request that may not
+// proceed, after its Status and error: "rate limit exceeded" (429), "rate
+// limiter unavailable" (503), and for a 400 what was wrong with the
+// request ("request has no rate limit key", "request's rate limits could
+// not be chosen", "request's rate limits are invalid", "request costs
+// more than its rate limit allows"). It never contains error details.
+// Answer's body and grpclimit's status messages carry it; "" when d is
+// Allowed.
+func (d Decision) Message() string {
 	switch {
+	case d.Status == 0:
+		return ""
 	case d.Status == http.StatusTooManyRequests:
 		return "rate limit exceeded"
 	case d.Status != http.StatusBadRequest:
@@ -65,26 +101,10 @@ func message(d Decision) string {
 		return "request costs more than its rate limit allows"
 	case errors.Is(d.Err, core.ErrInvalidLimit):
 		return "request's rate limits are invalid"
+	case errors.As(d.Err, new(pickError)):
+		return "request's rate limits could not be chosen"
 	}
 	return "request has no rate limit key"
-}
-
-// writeJSON writes d's status and {"error":"...","retry_after":N}, N being
-// the Retry-After sent (absent on 400).
-func writeJSON(w http.ResponseWriter, d Decision) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(d.Status)
-	buf := make([]byte, 0, 64)
-	buf = append(buf, `{"error":"`...)
-	buf = append(buf, message(d)...) // a fixed message: nothing to escape
-	buf = append(buf, '"')
-	if d.RetryAfter > 0 {
-		buf = append(buf, `,"retry_after":`...)
-		buf = strconv.AppendInt(buf, retryAfterSeconds(d.RetryAfter), 10)
-	}
-	buf = append(buf, "}\n"...)
-	_, _ = w.Write(buf)
 }
 
 // Problem types of the answers WithProblemDetails writes.
@@ -105,27 +125,19 @@ type problem struct {
 	RetryAfter int64    `json:"retry_after,omitempty"`
 }
 
-// writeProblem writes d as an RFC 9457 problem: a denial as the draft's
+// problemBody is d as an RFC 9457 problem: a denial as the draft's
 // quota-exceeded type naming the policies that denied, any other answer
 // as about:blank with its status's text.
-func writeProblem(w http.ResponseWriter, d Decision) {
-	pr := problem{Type: "about:blank", Title: http.StatusText(d.Status), Status: d.Status, Detail: message(d),
-		RetryAfter: retryAfterSeconds(d.RetryAfter)}
-	if d.RetryAfter <= 0 {
-		pr.RetryAfter = 0
+func problemBody(d Decision) []byte {
+	pr := problem{Type: "about:blank", Title: http.StatusText(d.Status), Status: d.Status, Detail: d.Message()}
+	if d.RetryAfter > 0 {
+		pr.RetryAfter = retryAfterSeconds(d.RetryAfter)
 	}
 	if d.Status == http.StatusTooManyRequests {
 		pr.Type, pr.Title, pr.Violated = problemQuotaExceeded, problemTitle, d.violated
 	}
-	body, err := json.Marshal(pr)
-	if err != nil { // not reached: strings and numbers only
-		writeJSON(w, d)
-		return
-	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(d.Status)
-	_, _ = w.Write(append(body, '\n'))
+	body, _ := json.Marshal(pr) // strings and numbers only: no error
+	return append(body, '\n')
 }
 
 // violated names the list members that denied.

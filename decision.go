@@ -43,6 +43,7 @@ type Decision struct {
 
 	binding  int      // the index of the binding limit among the request's
 	violated []string // with WithProblemDetails: the list members that denied
+	problem  bool     // WithProblemDetails: Answer is an RFC 9457 problem
 }
 
 // Allowed reports whether the request may proceed.

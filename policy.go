@@ -244,6 +244,7 @@ func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (
 		d.RetryAfter = time.Second
 		fields[n.retryAfter] = []string{"1"}
 	}
+	d.problem = p.answer.problem
 	if held != nil && !d.Allowed() { // reserved, but not served after all
 		p.settle(q.Context, held.r, -1)
 		held = nil

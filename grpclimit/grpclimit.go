@@ -417,23 +417,14 @@ func refusal(ctx context.Context, d redlimit.Decision, md metadata.MD) error {
 	var st *status.Status
 	switch d.Status {
 	case http.StatusTooManyRequests:
-		st = withRetry(status.New(codes.ResourceExhausted, "rate limit exceeded"), retryDelay(d))
+		st = withRetry(status.New(codes.ResourceExhausted, d.Message()), retryDelay(d))
 	case http.StatusServiceUnavailable:
 		if err := ctx.Err(); err != nil && errors.Is(d.Err, err) { // the client left
 			return status.FromContextError(err).Err()
 		}
-		st = withRetry(status.New(codes.Unavailable, "rate limiter unavailable"), time.Second)
+		st = withRetry(status.New(codes.Unavailable, d.Message()), time.Second)
 	default:
-		switch {
-		case isLimitsError(d.Err):
-			st = status.New(codes.InvalidArgument, "request's rate limits could not be chosen")
-		case errors.Is(d.Err, core.ErrInvalidCost): // limits WithLimits picked cannot admit the cost
-			st = status.New(codes.InvalidArgument, "request costs more than its rate limit allows")
-		case errors.Is(d.Err, core.ErrInvalidLimit):
-			st = status.New(codes.InvalidArgument, "request's rate limits are invalid")
-		default:
-			st = status.New(codes.InvalidArgument, "request has no rate limit key")
-		}
+		st = status.New(codes.InvalidArgument, d.Message())
 	}
 	return st.Err()
 }

@@ -2,7 +2,6 @@ package grpclimit
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/redlimit/redlimit"
@@ -52,25 +51,9 @@ func WithLimits(pick func(ctx context.Context, fullMethod string) ([]core.Limit,
 		return func(c *config) { set(c); c.limits = false }
 	}
 	set := With(redlimit.WithRequestFuncs(redlimit.RequestFuncs{Limits: func(q redlimit.Request) ([]core.Limit, error) {
-		limits, err := pick(q.Context, q.Route)
-		if err != nil {
-			return nil, limitsError{err}
-		}
-		return limits, nil
+		return pick(q.Context, q.Route)
 	}}))
 	return func(c *config) { set(c); c.limits = true }
-}
-
-// limitsError is an error of WithLimits' function.
-type limitsError struct{ err error }
-
-func (e limitsError) Error() string { return e.err.Error() }
-func (e limitsError) Unwrap() error { return e.err }
-
-// isLimitsError reports whether err is WithLimits' function's.
-func isLimitsError(err error) bool {
-	var le limitsError
-	return errors.As(err, &le)
 }
 
 // WithObserver calls observe with the decision of every call, with the
