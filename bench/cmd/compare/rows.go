@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
 	"github.com/ulule/limiter/v3"
 	ulstdlib "github.com/ulule/limiter/v3/drivers/middleware/stdlib"
 	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
@@ -148,6 +152,13 @@ var allRows = []*row{
 		setup: func(e *env) (op, error) { return coreOp(e, e.limit(), true) },
 	},
 	{
+		name: "evalsha-gcra", group: "decide", want: true, contextTimeouts: true,
+		describe: func(config) string {
+			return "the EVALSHA a core-ctxtimeout decision sends (its arguments taken from a first decision by a go-redis hook), sent bare with go-redis Do: the same script, arguments and server time as core-ctxtimeout without redlimit's middle"
+		},
+		setup: capturedOp,
+	},
+	{
 		name: "redis_rate", group: "decide", want: true,
 		describe: func(config) string { return "go-redis/redis_rate v10 Allow, GCRA" },
 		setup: func(e *env) (op, error) {
@@ -265,6 +276,59 @@ func coreOp(e *env, limit core.Limit, want bool, opts ...core.Option) (op, error
 		}
 	}
 	return o, warm(e.ctx, o, want)
+}
+
+// capturedOp returns a bare EVALSHA of the script and arguments a core
+// decision of e's limit sends for each key: a go-redis hook takes them from
+// one decision of the first key, on a client of its own, and the other keys' are the same with
+// that key's name in place of the first's. It is the cost of one decision
+// with nothing of redlimit around it.
+func capturedOp(e *env) (op, error) {
+	var captured []any
+	spy := redis.NewClient(e.rdb.Options()) // the hook on a client of its own: the row's runs without it
+	defer spy.Close()
+	spy.AddHook(captureHook{into: &captured})
+	if _, err := core.New(spy).Allow(e.ctx, e.keys.names[0], e.limit()); err != nil {
+		return nil, err
+	}
+	if len(captured) == 0 {
+		return nil, errors.New("evalsha-gcra: no EVALSHA seen in a core decision")
+	}
+	args := make([][]any, len(e.keys.names))
+	for i, name := range e.keys.names {
+		args[i] = make([]any, len(captured))
+		for j, a := range captured {
+			if s, ok := a.(string); ok {
+				a = strings.ReplaceAll(s, "{"+e.keys.names[0]+"}", "{"+name+"}")
+			}
+			args[i][j] = a
+		}
+	}
+	o := func(ctx context.Context, key int) (bool, error) {
+		reply, err := e.rdb.Do(ctx, args[key]...).Slice()
+		if err != nil {
+			return false, err
+		}
+		allowed, _ := reply[0].(int64)
+		return allowed == 1, nil
+	}
+	return o, warm(e.ctx, o, true)
+}
+
+// captureHook keeps the arguments of the first EVALSHA its client sends.
+type captureHook struct{ into *[]any }
+
+func (h captureHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h captureHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h captureHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if *h.into == nil && cmd.Name() == "evalsha" {
+			*h.into = slices.Clone(cmd.Args())
+		}
+		return next(ctx, cmd)
+	}
 }
 
 // ululeLimiter makes a ulule limiter that never denies, on a redis store of
