@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -341,6 +342,61 @@ func scriptOf(infos []*limitInfo) *wire.Script {
 	return s
 }
 
+// Validate returns nil if l was made by New, else an error that says to
+// make it so: a nil or zero Limiter makes no decision (each returns an
+// error). What takes a Limiter (redlimit.NewPolicy, the adapters,
+// grpclimit, envoyrls, roundtrip, the metrics modules) calls it, so that
+// a Limiter that cannot decide is refused where it is handed over, not
+// at every request.
+func (l *Limiter) Validate() error {
+	if l == nil || l.tr == nil {
+		return errNotReady
+	}
+	return nil
+}
+
+// errNotReady is the error of a nil or zero Limiter.
+var errNotReady = errors.New("redlimit: a nil or zero core.Limiter makes no decision: create it with core.New(rdb)")
+
+// checkKey reports whether the Limiter can store state for key.
+func (l *Limiter) checkKey(key string) error {
+	switch {
+	case l.Validate() != nil:
+		return errNotReady
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(key) > maxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes is longer than %d; hash it first", ErrInvalidKey, len(key), maxKeyLen)
+	}
+	return nil
+}
+
+// Binding returns the result of a decision of several limits from each
+// limit's own result, and its index: the denying limit's with the longest
+// RetryAfter, or, when all allow, the one with the fewest Remaining (the
+// first of equals); with the longest ResetAfter of all, and the longest
+// Delay when allowed. results must not be empty. It is the one place of
+// this rule, which AllowAll and Decide answer by and the HTTP layer and
+// envoyrls describe their answers with.
+func Binding(results []Result) (Result, int) {
+	b, reset, delay := 0, results[0].ResetAfter, results[0].Delay
+	for i, r := range results[1:] {
+		best := results[b]
+		if best.Allowed && !r.Allowed ||
+			!best.Allowed && !r.Allowed && r.RetryAfter > best.RetryAfter ||
+			best.Allowed && r.Allowed && r.Remaining < best.Remaining {
+			b = i + 1
+		}
+		reset, delay = max(reset, r.ResetAfter), max(delay, r.Delay)
+	}
+	res := results[b]
+	res.ResetAfter, res.Delay = reset, delay
+	if !res.Allowed {
+		res.Delay = 0
+	}
+	return res, b
+}
+
 // wireClock is a call's clock: the Limiter's (WithClock) at now, or the
 // Redis server's.
 func (l *Limiter) wireClock(now time.Time) any { return wire.Clock(now, l.clock == nil) }
@@ -348,7 +404,7 @@ func (l *Limiter) wireClock(now time.Time) any { return wire.Clock(now, l.clock 
 // run sends c through the transport and returns its reply.
 func (l *Limiter) run(ctx context.Context, c *transport.Call) ([]int64, error) {
 	reply, err := l.tr.Run(ctx, c, l.timeout)
-	if err == nil {
+	if err == nil && l.peers.on.Load() { // counting the Limiters that share Redis (peers.go)
 		l.heartbeat()
 	}
 	return reply, err

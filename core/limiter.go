@@ -2,8 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -81,22 +79,6 @@ func New(rdb redis.Scripter, opts ...Option) *Limiter {
 	return l
 }
 
-// Validate returns nil if l was made by New, else an error that says to
-// make it so: a nil or zero Limiter makes no decision (each returns an
-// error). What takes a Limiter (redlimit.NewPolicy, the adapters,
-// grpclimit, envoyrls, roundtrip, the metrics modules) calls it, so that
-// a Limiter that cannot decide is refused where it is handed over, not
-// at every request.
-func (l *Limiter) Validate() error {
-	if l == nil || l.tr == nil {
-		return errNotReady
-	}
-	return nil
-}
-
-// errNotReady is the error of a nil or zero Limiter.
-var errNotReady = errors.New("redlimit: a nil or zero core.Limiter makes no decision: create it with core.New(rdb)")
-
 // Logger returns the logger the Limiter was given (WithLogger), or
 // slog.Default() as New found it; nil for a nil or zero Limiter.
 func (l *Limiter) Logger() *slog.Logger {
@@ -163,17 +145,4 @@ func (l *Limiter) Stats() Stats {
 	t := l.tr.Stats()
 	s.BreakerOpen, s.BreakerOpens = t.BreakerOpen, t.BreakerOpens
 	return s
-}
-
-// checkKey reports whether the Limiter can store state for key.
-func (l *Limiter) checkKey(key string) error {
-	switch {
-	case l.Validate() != nil:
-		return errNotReady
-	case key == "":
-		return fmt.Errorf("%w: empty key", ErrInvalidKey)
-	case len(key) > maxKeyLen:
-		return fmt.Errorf("%w: key of %d bytes is longer than %d; hash it first", ErrInvalidKey, len(key), maxKeyLen)
-	}
-	return nil
 }

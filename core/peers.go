@@ -44,12 +44,9 @@ func (p *peers) share() int {
 }
 
 // heartbeat sends a heartbeat if one is due; run calls it after each
-// decision Redis answered.
+// decision Redis answered, while the Limiter counts its peers (p.on).
 func (l *Limiter) heartbeat() {
 	p := &l.peers
-	if !p.on.Load() {
-		return
-	}
 	now := time.Now().UnixNano()
 	last := p.last.Load()
 	if now-last < int64(peersBeatEvery) || !p.last.CompareAndSwap(last, now) {

@@ -77,32 +77,6 @@ type Stats struct {
 	AbandonedReleases uint64
 }
 
-// Binding returns the result of a decision of several limits from each
-// limit's own result, and its index: the denying limit's with the longest
-// RetryAfter, or, when all allow, the one with the fewest Remaining (the
-// first of equals); with the longest ResetAfter of all, and the longest
-// Delay when allowed. results must not be empty. It is the one place of
-// this rule, which AllowAll and Decide answer by and the HTTP layer and
-// envoyrls describe their answers with.
-func Binding(results []Result) (Result, int) {
-	b, reset, delay := 0, results[0].ResetAfter, results[0].Delay
-	for i, r := range results[1:] {
-		best := results[b]
-		if best.Allowed && !r.Allowed ||
-			!best.Allowed && !r.Allowed && r.RetryAfter > best.RetryAfter ||
-			best.Allowed && r.Allowed && r.Remaining < best.Remaining {
-			b = i + 1
-		}
-		reset, delay = max(reset, r.ResetAfter), max(delay, r.Delay)
-	}
-	res := results[b]
-	res.ResetAfter, res.Delay = reset, delay
-	if !res.Allowed {
-		res.Delay = 0
-	}
-	return res, b
-}
-
 // us converts the scripts' microseconds to a Duration.
 func us(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
 

@@ -79,8 +79,8 @@ func Middleware(p redlimit.Policy) echo.MiddlewareFunc {
 			r = r.WithContext(context.WithValue(r.Context(), contextKey{}, c))
 			var err error
 			redlimit.Serve(p, c.Response(), r, func(_ http.ResponseWriter, served *http.Request) int {
-				if u := redlimit.UsageFrom(served.Context()); u != nil { // a budget's: the handler reports to it
-					c.SetRequest(c.Request().WithContext(redlimit.ContextWithUsage(c.Request().Context(), u)))
+				if served != r { // Serve gave it a context of its own (a budget's Usage): the handlers get it
+					c.SetRequest(c.Request().WithContext(served.Context()))
 				}
 				err = next(c)
 				return status(c, err)

@@ -74,8 +74,8 @@ func Middleware(p redlimit.Policy) gin.HandlerFunc {
 		// Where Key and Tier find the gin context; the handlers keep c.Request.
 		r = r.WithContext(context.WithValue(r.Context(), contextKey{}, c))
 		d := redlimit.Serve(p, c.Writer, r, func(_ http.ResponseWriter, served *http.Request) int {
-			if u := redlimit.UsageFrom(served.Context()); u != nil { // a budget's: the handler reports to it
-				c.Request = c.Request.WithContext(redlimit.ContextWithUsage(c.Request.Context(), u))
+			if served != r { // Serve gave it a context of its own (a budget's Usage): the handlers get it
+				c.Request = c.Request.WithContext(served.Context())
 			}
 			c.Next()
 			return c.Writer.Status()

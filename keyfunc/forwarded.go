@@ -5,28 +5,9 @@ import (
 	"strings"
 )
 
-// header is where client reads forwarding fields: an http.Header, or
-// IPOf's lookup.
-type header interface{ Values(name string) []string }
-
-// client returns the client address behind peer, the invalid address for
-// the Unix-socket peer. Forwarding fields count only when peer is a
-// trusted proxy: then the TrustHeader value if it is an address, else the
-// walk of Forwarded (UseForwarded) or X-Forwarded-For.
-func (c *ipConfig) client(h header, peer netip.Addr) netip.Addr {
-	if !c.isTrusted(peer) {
-		return peer
-	}
-	if c.header != "" {
-		if a, ok := lastValue(h.Values(c.header)); ok {
-			return a
-		}
-	}
-	if c.forwarded {
-		return c.walkForwarded(h.Values("Forwarded"), peer)
-	}
-	return c.walkXFF(h.Values("X-Forwarded-For"), peer)
-}
+// The walk through the forwarding fields of trusted proxies, which client
+// (ip.go) takes when the peer is one: TrustHeader's field, X-Forwarded-For,
+// or Forwarded (parsed in rfc7239.go).
 
 // walkXFF walks the X-Forwarded-For lines from the right, starting from
 // the trusted peer: each entry was appended by the hop to its right. It
@@ -100,18 +81,4 @@ func lastValue(lines []string) (netip.Addr, bool) {
 	}
 	a, err := parseHost(strings.TrimSpace(v))
 	return a, err == nil
-}
-
-// isTrusted reports whether a is a trusted proxy; the invalid address is
-// the Unix-socket peer.
-func (c *ipConfig) isTrusted(a netip.Addr) bool {
-	if !a.IsValid() {
-		return c.trustUnix
-	}
-	for _, p := range c.trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }

@@ -292,6 +292,43 @@ func (c *ipConfig) key(a netip.Addr) string {
 	return string(p.AppendTo(buf))
 }
 
+// header is where client reads forwarding fields: an http.Header, or
+// IPOf's lookup.
+type header interface{ Values(name string) []string }
+
+// client returns the client address behind peer, the invalid address for
+// the Unix-socket peer. Forwarding fields count only when peer is a
+// trusted proxy: then the TrustHeader value if it is an address, else the
+// walk of Forwarded (UseForwarded) or X-Forwarded-For.
+func (c *ipConfig) client(h header, peer netip.Addr) netip.Addr {
+	if !c.isTrusted(peer) {
+		return peer
+	}
+	if c.header != "" {
+		if a, ok := lastValue(h.Values(c.header)); ok {
+			return a
+		}
+	}
+	if c.forwarded {
+		return c.walkForwarded(h.Values("Forwarded"), peer)
+	}
+	return c.walkXFF(h.Values("X-Forwarded-For"), peer)
+}
+
+// isTrusted reports whether a is a trusted proxy; the invalid address is
+// the Unix-socket peer.
+func (c *ipConfig) isTrusted(a netip.Addr) bool {
+	if !a.IsValid() {
+		return c.trustUnix
+	}
+	for _, p := range c.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
 // parseHost parses "addr", "addr:port" or "[addr]:port", drops any zone,
 // and unmaps IPv4-mapped IPv6 addresses.
 func parseHost(s string) (netip.Addr, error) {

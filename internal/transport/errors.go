@@ -66,18 +66,6 @@ func topologyError(err error) bool {
 	return unrun(err) || refused(err, "MASTERDOWN")
 }
 
-// unrun reports whether err is a Cluster's refusal to run a call at all.
-func unrun(err error) bool {
-	return refused(err, "TRYAGAIN") || refused(err, "CLUSTERDOWN") || refused(err, "MOVED") ||
-		refused(err, "ASK") || refused(err, "READONLY")
-}
-
-// refused reports whether err is Redis's error reply with code (not
-// asking redis.HasErrorPrefix of nil, which costs an allocation).
-func refused(err error, code string) bool {
-	return err != nil && redis.HasErrorPrefix(err, code)
-}
-
 // telling reports whether err says more of a lane than that time ran out,
 // or than the call itself was wrong: a lane's timeouts name it as their
 // likely cause.

@@ -3,14 +3,16 @@
 // does, sent at most once, the calls that wait for one server sent
 // together, and decisions failed at once while a server keeps failing.
 //
-// One call's way: Transport.Run → the lane of the server that holds its
-// keys (lane.go: sent from the caller's goroutine when the lane is free,
-// else queued for a sender goroutine, which takes what waits as one round
-// trip) → trip.go (one round trip: how its calls are laid out, sent, and
-// sent again when Redis refused them without running them) → the reply,
-// or the error, handed back to the caller. breaker.go fails calls at once
-// while a server keeps failing; errors.go says which errors are the
-// server's failure and which a call's own.
+// One call's way, in this file: Transport.Run → the lane of the server
+// that holds its keys → sent from the caller's goroutine when the lane is
+// free (direct), else queued for a sender goroutine (senders.go), which
+// takes what waits as one round trip → trip.go (one round trip: how its
+// calls are laid out, sent, and sent again when Redis refused them
+// without running them) → the reply, or the error, handed back to the
+// caller. A lane's breaker (at the end of this file) fails calls at once
+// while its server keeps failing; nodes.go keeps the lanes of a Cluster's
+// or Ring's nodes; errors.go says which errors are the server's failure
+// and which a call's own.
 //
 // The transport reaches Redis through the go-redis methods it names in
 // small interfaces (client.go), so a client of one's own that has them
@@ -20,6 +22,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -68,7 +71,7 @@ type Transport struct {
 	lanes      sync.Map      // *redis.Client -> *lane
 	goneOpens  atomic.Uint64 // the breaker openings of lanes forgotten
 	forgetting sync.Mutex    // held while a lane is forgotten, and by Stats
-	warm       warming       // a Cluster client's first slot-map load (lane.go)
+	warm       warming       // a Cluster client's first slot-map load (nodes.go)
 	reloadedAt atomic.Int64  // unix ns of the last slot-map reload asked
 }
 
@@ -229,4 +232,373 @@ func (t *Transport) Stats() Stats {
 		ln.mu.Unlock()
 	})
 	return s
+}
+
+// A lane is the work for one Redis server: a single server has one; on a
+// Cluster or Ring each node serving the keys has its own (queue, senders,
+// breaker), so a node that hangs or fails delays and fails only the calls
+// on its keys.
+//
+// Direct when free, batched when not. On a client whose commands go-redis
+// bounds by their context's deadline (ContextTimeoutEnabled), a call whose
+// lane has nothing queued and no round trip in flight is sent by its
+// caller (direct): one EVALSHA, no hand-off. Every other call is queued
+// and its caller waits for its answer, its timeout or its context,
+// whichever comes first. Senders (at most Config.Senders goroutines per
+// lane, started when work arrives and none is idle, stopped after
+// senderLinger without work) take everything queued, up to Config.Batch
+// calls, as one round trip (trip.go). So batches grow with load. Without
+// ContextTimeoutEnabled go-redis bounds a read only by its ReadTimeout
+// (seconds), so every call is queued: only a sender's wait can be left.
+
+// causeMaxAge: a lane's last error this recent is named as a timeout's cause.
+const causeMaxAge = 2 * time.Second
+
+// lane is the work for one Redis server: its queue, senders and breaker.
+type lane struct {
+	t       *Transport
+	node    *redis.Client // the node on a Cluster or Ring; nil: the Transport's client
+	breaker breaker
+	busy    atomic.Int32 // round trips in flight, a sender's or a direct caller's
+	qlen    atomic.Int32 // len(queue), read without the lock
+	seen    atomic.Pointer[seenError]
+
+	mu    sync.Mutex
+	queue []*Call
+	idle  []*sender // waiting for work, the most recent last
+	alive int       // senders running
+}
+
+// seenError is the last error a round trip of a lane ended with, or the
+// refusal (TRYAGAIN) a call of it waits out, and when.
+type seenError struct {
+	err error
+	at  time.Time
+}
+
+// lane returns the lane that carries calls on key. A Cluster client that
+// has no slot map yet loads one at the first lookup, for seconds if its
+// nodes hang, whatever the lookup's context says: until a lookup has
+// succeeded, a goroutine of the Transport's looks up (waitWarm), and a
+// caller waits for it until due, or takes the main lane, which the client
+// routes itself.
+func (t *Transport) lane(ctx context.Context, key string, due time.Time) *lane {
+	switch {
+	case t.cl.route == nil:
+		return t.main
+	case t.warm.cold.Load() && !t.waitWarm(ctx, key, due):
+		return t.main
+	}
+	node, err := t.cl.route(ctx, key)
+	if err != nil || node == nil { // no slot map yet: the client finds the node
+		return t.main
+	}
+	if ln, ok := t.lanes.Load(node); ok {
+		return ln.(*lane)
+	}
+	ln, _ := t.lanes.LoadOrStore(node, t.newLane(node))
+	return ln.(*lane)
+}
+
+// failed records that a call of the lane failed with err: for its breaker,
+// unless a Cluster refused it for its slots' sake (unrun) or the error is
+// the call's own (requestError: an answer, a success); for an error that
+// may mean the node moved or is gone, the Cluster's slot map too.
+func (ln *lane) failed(err error) {
+	switch {
+	case requestError(err):
+		ln.breaker.success()
+		return
+	case !unrun(err):
+		ln.breaker.failure(time.Now(), err)
+	}
+	if ln.t.cl.reload != nil && topologyError(err) {
+		ln.t.reloadSoon()
+	}
+}
+
+// timedOut returns the error of a call of ln that outlived timeout, naming
+// the lane's last error as its likely cause when it is recent, or the
+// client's last failed dial (a server that refuses connections).
+func (ln *lane) timedOut(timeout time.Duration) error {
+	if ln.failing() {
+		return &timeoutError{d: timeout, cause: ln.seen.Load().err, sentinel: ln.t.errs.timeout}
+	}
+	if d := ln.t.dials.failed(ln.addr()); d != nil {
+		return &timeoutError{d: timeout, cause: d, dial: true, sentinel: ln.t.errs.timeout}
+	}
+	return &timeoutError{d: timeout, sentinel: ln.t.errs.timeout}
+}
+
+// failing reports whether a round trip of ln failed lately.
+func (ln *lane) failing() bool {
+	s := ln.seen.Load()
+	return s != nil && time.Since(s.at) < causeMaxAge
+}
+
+// saw records the error a round trip of ln ended with, if it says more
+// than that time ran out or the call's own.
+func (ln *lane) saw(err error) {
+	if err != nil && telling(err) {
+		ln.seen.Store(&seenError{err, time.Now()})
+	}
+}
+
+// timers are the timers callers wait on for their timeout, pooled: a
+// queued call would otherwise allocate one (docs/performance.md).
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// do sends c, from the caller's goroutine when the lane is free (direct),
+// else through the queue, and waits for its answer, its timeout (which
+// ends at limit) or ctx, whichever comes first. It takes c: whatever
+// happens, c is recycled once nobody needs it.
+func (ln *lane) do(ctx context.Context, c *Call, timeout time.Duration, limit time.Time) ([]int64, error) {
+	if err := ctx.Err(); err != nil { // nobody waits for it: do not send it
+		c.recycle()
+		return nil, unsentError{err}
+	}
+	switch {
+	case ln.t.cl.bounded && !c.due.IsZero() && ln.qlen.Load() == 0 && ln.busy.CompareAndSwap(0, 1): // free
+		ln.direct(ctx, c)
+		if c.state.Load() == answered { // else sent again later: wait for it
+			<-c.done
+			return ln.answer(ctx, c, timeout)
+		}
+	default:
+		if err := ln.submit(c); err != nil {
+			c.recycle()
+			return nil, err
+		}
+	}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := timers.Get().(*time.Timer)
+		t.Reset(time.Until(limit))
+		defer func() {
+			t.Stop() // since Go 1.23 a stopped timer delivers nothing stale
+			timers.Put(t)
+		}()
+		expired = t.C
+	}
+	var err error
+	select {
+	case <-c.done:
+		return ln.answer(ctx, c, timeout)
+	case <-expired:
+		err = ln.timedOut(timeout)
+		// Both may have passed while this goroutine waited for a CPU: the
+		// earlier one is the answer.
+		if d, ok := ctx.Deadline(); ok && d.Before(limit) {
+			err = context.DeadlineExceeded
+		}
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if c.state.CompareAndSwap(waiting, abandoned) {
+		return nil, err // whoever answers it recycles it
+	}
+	<-c.done // answered meanwhile: take the answer after all
+	return ln.answer(ctx, c, timeout)
+}
+
+// answer returns c's answer and recycles it. An error of a round trip that
+// ran out of the call's time (go-redis gave up at its deadline, which may
+// come a moment before the context's own timer) is the context's error, or
+// its deadline's, or the timeout's, whichever it was.
+func (ln *lane) answer(ctx context.Context, c *Call, timeout time.Duration) ([]int64, error) {
+	reply, err, due := c.reply, c.err, c.due
+	c.recycle()
+	if err != nil && !IsTimeout(err) && !due.IsZero() && (ctxDeadline(err) || !time.Now().Before(due) && !requestError(err)) {
+		d, ok := ctx.Deadline()
+		switch err = ctx.Err(); {
+		case err != nil:
+		case ok && !d.After(due):
+			err = context.DeadlineExceeded
+		default:
+			err = ln.timedOut(timeout)
+		}
+	}
+	return reply, err
+}
+
+// direct sends c from the caller's goroutine, go-redis bounding the round
+// trip by c.due (the timeout or ctx's deadline, whichever is earlier). A
+// cancellation without a deadline is seen when the round trip ends, at the
+// latest at the timeout. It ends the round trip do counted in.
+func (ln *lane) direct(ctx context.Context, c *Call) {
+	if d, ok := ctx.Deadline(); !ok || d.After(c.due) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, c.due)
+		defer cancel()
+	}
+	t := trips.Get().(*trip)
+	t.one[0] = c
+	ln.roundTrip(ctx, t, t.one[:])
+	t.one[0] = nil
+	trips.Put(t)
+	ln.busy.Add(-1)
+}
+
+// trips are the work spaces of direct callers' round trips, pooled.
+var trips = sync.Pool{New: func() any { return new(trip) }}
+
+// roundTrip sends calls in one round trip bounded by ctx and answers each
+// one, or has it sent again later (requeue).
+func (ln *lane) roundTrip(ctx context.Context, t *trip, calls []*Call) {
+	t.run(ctx, &ln.t.cl, ln.t.log, calls)
+	t.each(func(u *unit) { ln.saw(u.err) })
+	for i := range t.resent { // waiting for a slot's keys: a timeout names why
+		if u := &t.resent[i]; u.err == errWaiting {
+			ln.saw(u.refusal)
+		}
+	}
+	t.answer()
+	if len(t.resent) > 0 { // a method value allocates: only when needed
+		t.requeue(ln.submit)
+	}
+	t.reset()
+}
+
+// Breaker settings.
+const (
+	defaultBreakerAfter  = 500 * time.Millisecond // how long decisions must fail before it opens (WithBreaker)
+	breakerMinFailures   = 3                      // failed decisions in a row, at least, that open it
+	breakerProbeInterval = 250 * time.Millisecond // how often an open breaker probes Redis
+	breakerProbeIdle     = 2 * time.Second        // an open breaker nobody asked for this long stops probing
+	breakerProbeTimeout  = time.Second            // bounds a probe (go-redis's own timeouts may bound it later)
+)
+
+// breaker fails decisions fast while one Redis server keeps failing; there
+// is one per lane. It opens once decisions have failed (an
+// error or a timeout) for `after` with no success in between, and at least
+// breakerMinFailures of them. While open, every decision fails at once with
+// ErrUnavailable, and the breaker probes the server itself, in a goroutine
+// of its own, every breakerProbeInterval (lane.probe): no caller's decision
+// waits on a server that is down. The first probe answered closes it. The
+// prober stops when nobody has asked the breaker for breakerProbeIdle, and
+// starts again with the next decision. A caller's own context ending is not
+// Redis's failure and counts for nothing. Time is the process's clock, not
+// the Limiter's: the breaker is about waiting, which happens in real time.
+type breaker struct {
+	after  time.Duration                   // 0: never open
+	log    *slog.Logger                    //
+	where  string                          // " at ADDR" on a Cluster or Ring, for messages
+	probe  func(ctx context.Context) error // asks the server whether it answers
+	probed func()                          // after each failed probe (a Cluster's slot map reload)
+	// unavailable is Config.ErrUnavailable, which an open breaker's
+	// answers wrap
+	unavailable error
+
+	open     atomic.Bool   // read by every decision without the lock
+	opens    atomic.Uint64 // times it opened; read by metrics without the lock
+	failures atomic.Int32  // in a row; read by every success without the lock
+	probing  atomic.Bool   // a prober runs
+	asked    atomic.Int64  // unix ns of the last decision the open breaker refused
+	err      atomic.Pointer[error]
+
+	mu    sync.Mutex
+	since time.Time // the first failure in the row
+}
+
+// admit returns nil if a decision may go to Redis now, or else the error
+// to answer with at once; it makes sure an open breaker probes.
+func (b *breaker) admit() error {
+	if !b.open.Load() {
+		return nil
+	}
+	b.asked.Store(time.Now().UnixNano())
+	err := b.err.Load()
+	if !b.open.Load() { // closed meanwhile
+		return nil
+	}
+	if b.probing.CompareAndSwap(false, true) {
+		go b.prober()
+	}
+	return *err
+}
+
+// prober probes the server every breakerProbeInterval until a probe is
+// answered, which closes the breaker, or nobody asked for breakerProbeIdle.
+func (b *breaker) prober() {
+	for {
+		time.Sleep(breakerProbeInterval)
+		if time.Since(time.Unix(0, b.asked.Load())) > breakerProbeIdle {
+			b.probing.Store(false)
+			// A decision may have been refused between the check and the
+			// store, and seen a prober running: take over again if so.
+			if time.Since(time.Unix(0, b.asked.Load())) > breakerProbeIdle || !b.probing.CompareAndSwap(false, true) {
+				return
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), breakerProbeTimeout)
+		err := b.probe(ctx)
+		cancel()
+		if err == nil {
+			b.success()
+			b.probing.Store(false)
+			return
+		}
+		b.mu.Lock()
+		b.setErr(time.Since(b.since), fmt.Errorf("a probe: %w", err))
+		b.mu.Unlock()
+		if b.probed != nil {
+			b.probed()
+		}
+	}
+}
+
+// success records a decision or a probe Redis answered.
+func (b *breaker) success() {
+	if b.failures.Load() == 0 && !b.open.Load() {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failures.Store(0)
+	if b.open.Load() {
+		b.open.Store(false)
+		b.log.Info("redlimit: Redis answers again; decisions resume", "where", b.where)
+	}
+}
+
+// failure records a decision that failed with err at now.
+func (b *breaker) failure(now time.Time, err error) {
+	if b.after <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.open.Load() {
+		return
+	}
+	if b.failures.Add(1) == 1 {
+		b.since = now
+	}
+	failing := now.Sub(b.since)
+	if b.failures.Load() < breakerMinFailures || failing < b.after {
+		return
+	}
+	b.setErr(failing, err)
+	b.opens.Add(1) // first, so that whoever sees it open then counts this opening
+	b.open.Store(true)
+	b.log.Warn("redlimit: Redis is failing; decisions fail fast until a probe succeeds",
+		"where", b.where, "failing_for", failing.Round(time.Millisecond), "failures", b.failures.Load(),
+		"probe_every", breakerProbeInterval, "error", err)
+}
+
+// setErr sets what an open breaker answers: the last error's text, not the
+// error, since a decision answered at once is not, say, a timeout. The
+// caller holds b.mu.
+func (b *breaker) setErr(failing time.Duration, last error) {
+	err := fmt.Errorf("%w: every decision failed for %v, the last with: %v",
+		b.unavailable, failing.Round(time.Millisecond), last)
+	if b.where != "" {
+		err = fmt.Errorf("%w: Redis%s has failed for %v, the last with: %v",
+			b.unavailable, b.where, failing.Round(time.Millisecond), last)
+	}
+	b.err.Store(&err)
 }

@@ -406,3 +406,15 @@ func (cl *client) eval(ctx context.Context, u *unit) ([]int64, error) {
 	}
 	return reply, nil
 }
+
+// unrun reports whether err is a Cluster's refusal to run a call at all.
+func unrun(err error) bool {
+	return refused(err, "TRYAGAIN") || refused(err, "CLUSTERDOWN") || refused(err, "MOVED") ||
+		refused(err, "ASK") || refused(err, "READONLY")
+}
+
+// refused reports whether err is Redis's error reply with code (not
+// asking redis.HasErrorPrefix of nil, which costs an allocation).
+func refused(err error, code string) bool {
+	return err != nil && redis.HasErrorPrefix(err, code)
+}
