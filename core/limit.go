@@ -429,88 +429,150 @@ func ParseLimit(s string) (Limit, error) {
 	if len(fields) == 0 {
 		return Limit{}, fmt.Errorf("%w: empty limit (want RATE/PERIOD, e.g. \"100/m\")", ErrInvalidLimit)
 	}
-	bad := func(format string, args ...any) (Limit, error) {
-		return Limit{}, fmt.Errorf("%w: %q: %s", ErrInvalidLimit, s, fmt.Sprintf(format, args...))
+	p := limitParser{seen: make(map[string]bool, len(fields)-1)}
+	options, err := p.head(fields)
+	for i := 0; err == nil && i < len(options); i++ {
+		err = p.option(options[i])
 	}
-
-	var l Limit
-	var err error
-	rate, period, perPeriod := strings.Cut(fields[0], "/")
-	switch {
-	case !perPeriod && len(fields) > 1 && fields[1] == "concurrent":
-		l.Algorithm, l.Period = Concurrency, defaultLease
-		fields = fields[1:]
-	case !perPeriod:
-		return bad("want RATE/PERIOD, e.g. \"100/m\", or RATE concurrent")
+	if err == nil {
+		err = p.finish()
 	}
-	if l.Rate, err = parseCount(rate); err != nil {
-		return bad("rate %v", err)
+	if err != nil {
+		return Limit{}, fmt.Errorf("%w: %q: %v", ErrInvalidLimit, s, err)
 	}
-	monthly := perPeriod && (period == "month" || period == "1month")
-	switch {
-	case monthly:
-		l.Period = month
-	case perPeriod:
-		if l.Period, err = parsePeriod(period); err != nil {
-			return bad("period %v", err)
-		}
-	}
-	seen := make(map[string]bool, len(fields)-1)
-	for _, f := range fields[1:] {
-		name, value, hasValue := strings.Cut(f, "=")
-		if _, known := algorithms[Algorithm(f)]; known && f != string(Concurrency) {
-			name = "algorithm"
-		}
-		if seen[name] {
-			return bad("%s given twice", name)
-		}
-		seen[name] = true
-		switch {
-		case name == "algorithm" && l.Algorithm == Concurrency:
-			return bad("%q: a concurrency limit has no other algorithm", f)
-		case name == "algorithm":
-			l.Algorithm = Algorithm(f)
-		case name == "burst" && hasValue:
-			l.Burst, err = parseCount(value)
-		case name == "buckets" && hasValue:
-			l.Buckets, err = parseCount(value)
-		case name == "max_delay" && hasValue:
-			l.MaxDelay, err = parsePeriod(value)
-		case name == "max_debt" && hasValue:
-			l.MaxDebt, err = parsePeriod(value)
-		case name == "prefetch" && hasValue:
-			l.Prefetch, err = parseCount(value)
-		case name == "unit" && hasValue:
-			if l.Unit = value; value == "" || !validUnit(value) {
-				err = fmt.Errorf("%q must be a word of lowercase letters, digits, '_' or '-'", value)
-			}
-		case name == "lease" && hasValue && l.Algorithm == Concurrency:
-			l.Period, err = parsePeriod(value)
-		case name == "calendar" && !hasValue:
-			l.Calendar = "UTC"
-		case name == "calendar" && value != "":
-			l.Calendar = value
-		case f == "stepped":
-			l.Stepped = true
-		case f == "shape":
-			l.Shape = true
-		default:
-			return bad("unknown option %q (want an algorithm: %s; or burst=N, buckets=N, stepped, shape, max_delay=DURATION, calendar[=ZONE], prefetch=N, unit=NAME, max_debt=DURATION; a concurrency limit takes lease=DURATION)", f, algorithmNames())
-		}
-		if err != nil {
-			return bad("%s %v", name, err)
-		}
-	}
-	switch {
-	case l.Calendar != "" && l.Algorithm == "":
-		l.Algorithm = FixedWindow
-	case monthly && l.Calendar == "":
-		return bad("a month is a period only on the calendar: add \"calendar\" (\"%s/month fixed_window calendar\")", rate)
-	}
-	if err := l.Validate(); err != nil {
+	if err := p.l.Validate(); err != nil {
 		return Limit{}, fmt.Errorf("%q: %w", s, err)
 	}
-	return l, nil
+	return p.l, nil
+}
+
+// limitParser is ParseLimit's state while it reads one limit: the Limit so
+// far, and what the head said that the options may change the meaning of.
+// Its errors say what is wrong without the limit's text, which ParseLimit
+// adds.
+type limitParser struct {
+	l       Limit
+	rate    string          // RATE as written
+	monthly bool            // PERIOD is "month": the calendar must say so
+	seen    map[string]bool // the options read, each at most once
+}
+
+// head reads the limit's head, "RATE/PERIOD" or "RATE concurrent", and
+// returns the fields after it: the options.
+func (p *limitParser) head(fields []string) ([]string, error) {
+	rate, period, perPeriod := strings.Cut(fields[0], "/")
+	options := fields[1:]
+	switch {
+	case !perPeriod && len(fields) > 1 && fields[1] == "concurrent":
+		p.l.Algorithm, p.l.Period = Concurrency, defaultLease
+		options = fields[2:]
+	case !perPeriod:
+		return nil, errors.New("want RATE/PERIOD, e.g. \"100/m\", or RATE concurrent")
+	}
+	var err error
+	p.rate = rate
+	if p.l.Rate, err = parseCount(rate); err != nil {
+		return nil, fmt.Errorf("rate %v", err)
+	}
+	p.monthly = perPeriod && (period == "month" || period == "1month")
+	switch {
+	case p.monthly:
+		p.l.Period = month
+	case perPeriod:
+		if p.l.Period, err = parsePeriod(period); err != nil {
+			return nil, fmt.Errorf("period %v", err)
+		}
+	}
+	return options, nil
+}
+
+// option reads one option: an algorithm's name, a flag (stepped, shape,
+// calendar) or a setting (NAME=VALUE), each at most once.
+func (p *limitParser) option(f string) error {
+	name, value, hasValue := strings.Cut(f, "=")
+	if _, known := algorithms[Algorithm(f)]; known && f != string(Concurrency) {
+		name = "algorithm"
+	}
+	if p.seen[name] {
+		return fmt.Errorf("%s given twice", name)
+	}
+	p.seen[name] = true
+	known, err := false, error(nil)
+	switch {
+	case name == "algorithm" && p.l.Algorithm == Concurrency:
+		return fmt.Errorf("%q: a concurrency limit has no other algorithm", f)
+	case name == "algorithm":
+		p.l.Algorithm, known = Algorithm(f), true
+	case hasValue:
+		known, err = p.setting(name, value)
+	default:
+		known = p.flag(f)
+	}
+	if !known {
+		return fmt.Errorf("unknown option %q (want an algorithm: %s; or burst=N, buckets=N, stepped, shape, max_delay=DURATION, calendar[=ZONE], prefetch=N, unit=NAME, max_debt=DURATION; a concurrency limit takes lease=DURATION)", f, algorithmNames())
+	}
+	return err
+}
+
+// setting reads the option name=value into the Limit. It reports whether
+// the limit takes such a setting.
+func (p *limitParser) setting(name, value string) (known bool, err error) {
+	l := &p.l
+	switch {
+	case name == "burst":
+		l.Burst, err = parseCount(value)
+	case name == "buckets":
+		l.Buckets, err = parseCount(value)
+	case name == "max_delay":
+		l.MaxDelay, err = parsePeriod(value)
+	case name == "max_debt":
+		l.MaxDebt, err = parsePeriod(value)
+	case name == "prefetch":
+		l.Prefetch, err = parseCount(value)
+	case name == "unit":
+		if l.Unit = value; value == "" || !validUnit(value) {
+			err = fmt.Errorf("%q must be a word of lowercase letters, digits, '_' or '-'", value)
+		}
+	case name == "lease" && l.Algorithm == Concurrency:
+		l.Period, err = parsePeriod(value)
+	case name == "calendar" && value != "":
+		l.Calendar = value
+	default:
+		return false, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("%s %v", name, err)
+	}
+	return true, nil
+}
+
+// flag reads the option f, written without a value, into the Limit. It
+// reports whether f is a flag.
+func (p *limitParser) flag(f string) bool {
+	switch f {
+	case "calendar":
+		p.l.Calendar = "UTC"
+	case "stepped":
+		p.l.Stepped = true
+	case "shape":
+		p.l.Shape = true
+	default:
+		return false
+	}
+	return true
+}
+
+// finish applies what the options mean together: a calendar without an
+// algorithm is a fixed window, and a month is a period only on the
+// calendar.
+func (p *limitParser) finish() error {
+	switch {
+	case p.l.Calendar != "" && p.l.Algorithm == "":
+		p.l.Algorithm = FixedWindow
+	case p.monthly && p.l.Calendar == "":
+		return fmt.Errorf("a month is a period only on the calendar: add \"calendar\" (\"%s/month fixed_window calendar\")", p.rate)
+	}
+	return nil
 }
 
 // parseCount reads a positive decimal integer no larger than MaxCount.
