@@ -188,17 +188,28 @@ func (l Limit) Capacity() int {
 }
 
 // Validate reports whether the limit can be enforced. Its errors wrap
-// ErrInvalidLimit and say what is wrong.
+// ErrInvalidLimit and say what is wrong, in the words ParseLimit uses for
+// a limit so written.
 func (l Limit) Validate() error {
+	if err := l.problem(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidLimit, err)
+	}
+	return nil
+}
+
+// problem returns what makes the limit invalid, or nil: the one wording
+// of each rule on a Limit's values, which Validate and ParseLimit both
+// report.
+func (l Limit) problem() error {
 	d := l.descriptor()
 	var err error
 	switch {
 	case d == nil:
 		err = fmt.Errorf("unknown algorithm %q (want one of %s)", l.Algorithm, algorithmNames())
 	case l.Rate <= 0:
-		err = fmt.Errorf("rate %d must be positive", l.Rate)
+		err = errNotPositive("rate", l.Rate)
 	case l.Rate > MaxCount:
-		err = fmt.Errorf("rate %d is above the maximum %d", l.Rate, MaxCount)
+		err = errAboveMaxCount("rate", l.Rate)
 	case l.Period < minPeriod:
 		err = fmt.Errorf("period %v must be at least %v", l.Period, minPeriod)
 	case l.Period%time.Microsecond != 0:
@@ -206,7 +217,7 @@ func (l Limit) Validate() error {
 	case l.Burst < 0:
 		err = fmt.Errorf("burst %d must not be negative (0 means rate)", l.Burst)
 	case l.Burst > MaxCount:
-		err = fmt.Errorf("burst %d is above the maximum %d", l.Burst, MaxCount)
+		err = errAboveMaxCount("burst", l.Burst)
 	case l.Prefetch < 0:
 		err = fmt.Errorf("prefetch %d must not be negative (0 means none)", l.Prefetch)
 	case l.Prefetch > l.Capacity():
@@ -231,10 +242,17 @@ func (l Limit) Validate() error {
 			err = spanError(l, d, span)
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidLimit, err)
-	}
-	return nil
+	return err
+}
+
+// errNotPositive says that the field name, v, must be above zero.
+func errNotPositive(name string, v any) error {
+	return fmt.Errorf("%s %v must be positive", name, v)
+}
+
+// errAboveMaxCount says that the count name, n, is above MaxCount.
+func errAboveMaxCount(name string, n any) error {
+	return fmt.Errorf("%s %v is above the maximum %d", name, n, MaxCount)
 }
 
 // debt returns how long, in µs, one charge may leave the limit's state in
@@ -422,8 +440,9 @@ func formatPeriod(d time.Duration, units []periodUnit) string {
 // "10 concurrent", "3 concurrent lease=30s", "50000/s prefetch=100",
 // "100000/m unit=tokens".
 //
-// The result is validated: errors wrap ErrInvalidLimit and name the part of
-// s that is wrong.
+// The result is validated: errors wrap ErrInvalidLimit, quote s and say
+// what is wrong; a value the grammar reads but Validate refuses (a rate of
+// 0, a period under a millisecond) in Validate's words.
 func ParseLimit(s string) (Limit, error) {
 	fields := strings.Fields(s)
 	if len(fields) == 0 {
@@ -437,19 +456,21 @@ func ParseLimit(s string) (Limit, error) {
 	if err == nil {
 		err = p.finish()
 	}
+	if err == nil {
+		err = p.l.problem()
+	}
 	if err != nil {
 		return Limit{}, fmt.Errorf("%w: %q: %v", ErrInvalidLimit, s, err)
-	}
-	if err := p.l.Validate(); err != nil {
-		return Limit{}, fmt.Errorf("%q: %w", s, err)
 	}
 	return p.l, nil
 }
 
 // limitParser is ParseLimit's state while it reads one limit: the Limit so
 // far, and what the head said that the options may change the meaning of.
-// Its errors say what is wrong without the limit's text, which ParseLimit
-// adds.
+// It judges the grammar only: what the values may be is Validate's to say
+// (problem), except that an option is not written with the value that
+// leaving it out means (burst=0). Its errors say what is wrong without
+// the limit's text, which ParseLimit adds.
 type limitParser struct {
 	l       Limit
 	rate    string          // RATE as written
@@ -471,16 +492,16 @@ func (p *limitParser) head(fields []string) ([]string, error) {
 	}
 	var err error
 	p.rate = rate
-	if p.l.Rate, err = parseCount(rate); err != nil {
-		return nil, fmt.Errorf("rate %v", err)
+	if p.l.Rate, err = parseCount("rate", rate); err != nil {
+		return nil, err
 	}
 	p.monthly = perPeriod && (period == "month" || period == "1month")
 	switch {
 	case p.monthly:
 		p.l.Period = month
 	case perPeriod:
-		if p.l.Period, err = parsePeriod(period); err != nil {
-			return nil, fmt.Errorf("period %v", err)
+		if p.l.Period, err = parsePeriod("period", period); err != nil {
+			return nil, err
 		}
 	}
 	return options, nil
@@ -520,30 +541,47 @@ func (p *limitParser) setting(name, value string) (known bool, err error) {
 	l := &p.l
 	switch {
 	case name == "burst":
-		l.Burst, err = parseCount(value)
+		l.Burst, err = optionCount(name, value)
 	case name == "buckets":
-		l.Buckets, err = parseCount(value)
+		l.Buckets, err = optionCount(name, value)
 	case name == "max_delay":
-		l.MaxDelay, err = parsePeriod(value)
+		l.MaxDelay, err = optionDuration(name, value)
 	case name == "max_debt":
-		l.MaxDebt, err = parsePeriod(value)
+		l.MaxDebt, err = optionDuration(name, value)
 	case name == "prefetch":
-		l.Prefetch, err = parseCount(value)
+		l.Prefetch, err = optionCount(name, value)
 	case name == "unit":
-		if l.Unit = value; value == "" || !validUnit(value) {
-			err = fmt.Errorf("%q must be a word of lowercase letters, digits, '_' or '-'", value)
+		if l.Unit = value; value == "" {
+			err = errors.New("unit is missing (want e.g. \"unit=tokens\")")
 		}
 	case name == "lease" && l.Algorithm == Concurrency:
-		l.Period, err = parsePeriod(value)
+		l.Period, err = parsePeriod(name, value)
 	case name == "calendar" && value != "":
 		l.Calendar = value
 	default:
 		return false, nil
 	}
-	if err != nil {
-		return true, fmt.Errorf("%s %v", name, err)
+	return true, err
+}
+
+// optionCount reads the value of the count option name: not 0, which is
+// what leaving the option out means.
+func optionCount(name, value string) (int, error) {
+	n, err := parseCount(name, value)
+	if err == nil && n == 0 {
+		err = errNotPositive(name, n)
 	}
-	return true, nil
+	return n, err
+}
+
+// optionDuration reads the value of the duration option name: not 0,
+// which is what leaving the option out means.
+func optionDuration(name, value string) (time.Duration, error) {
+	d, err := parsePeriod(name, value)
+	if err == nil && d == 0 {
+		err = errNotPositive(name, d)
+	}
+	return d, err
 }
 
 // flag reads the option f, written without a value, into the Limit. It
@@ -575,31 +613,46 @@ func (p *limitParser) finish() error {
 	return nil
 }
 
-// parseCount reads a positive decimal integer no larger than MaxCount.
-func parseCount(s string) (int, error) {
+// parseCount reads the count name, written in decimal digits. What the
+// count may be is Validate's to say (or optionCount's), but for one too
+// large for an int, refused in Validate's words.
+func parseCount(name, s string) (int, error) {
 	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
-		return 0, fmt.Errorf("%q must be a positive integer", s)
+		return 0, fmt.Errorf("%s %q must be a positive integer", name, s)
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n > MaxCount {
-		return 0, fmt.Errorf("%q is above the maximum %d", s, MaxCount)
-	}
-	if n == 0 {
-		return 0, fmt.Errorf("must be positive, not 0")
+	if err != nil {
+		return 0, errAboveMaxCount(name, s)
 	}
 	return n, nil
 }
 
-// parsePeriod reads a positive Go duration, or a whole number of days or
-// weeks, whose leading 1 may be omitted.
-func parsePeriod(s string) (time.Duration, error) {
+// parsePeriod reads the duration name: a Go duration, or a whole number
+// of days or weeks, whose leading 1 may be omitted, and which may be
+// negative. What the duration may be is Validate's to say (or
+// optionDuration's).
+func parsePeriod(name, s string) (time.Duration, error) {
 	if s == "" {
-		return 0, errors.New("is missing (want e.g. \"s\", \"10s\", \"500ms\", \"d\", \"w\")")
+		return 0, fmt.Errorf("%s is missing (want e.g. \"s\", \"10s\", \"500ms\", \"d\", \"w\")", name)
 	}
+	abs, negative := strings.CutPrefix(s, "-")
+	if abs == "" || strings.ContainsRune("-+.", rune(abs[0])) { // a sign or a leading dot
+		return 0, fmt.Errorf("%s %q must be a positive duration", name, s)
+	}
+	d, err := parseDuration(abs)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q %v", name, s, err)
+	}
+	if negative {
+		d = -d
+	}
+	return d, nil
+}
+
+// parseDuration reads an unsigned duration, of Go's syntax or of whole
+// days or weeks, whose leading 1 may be omitted.
+func parseDuration(s string) (time.Duration, error) {
 	if c := s[0]; c < '0' || c > '9' {
-		if c == '-' || c == '+' || c == '.' {
-			return 0, fmt.Errorf("%q must be a positive duration", s)
-		}
 		s = "1" + s
 	}
 	for _, u := range periodUnits[:2] { // days and weeks: whole numbers of them
@@ -609,19 +662,13 @@ func parsePeriod(s string) (time.Duration, error) {
 		}
 		n, err := strconv.ParseInt(count, 10, 64)
 		if err != nil || n > int64(maxPeriod/u.d) {
-			return 0, fmt.Errorf("%q is too long", s)
-		}
-		if n == 0 {
-			return 0, fmt.Errorf("%q must be positive", s)
+			return 0, errors.New("is too long")
 		}
 		return time.Duration(n) * u.d, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration with a unit (us, ms, s, m, h, d, w)", s)
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("%q must be positive", s)
+		return 0, errors.New("is not a duration with a unit (us, ms, s, m, h, d, w)")
 	}
 	return d, nil
 }

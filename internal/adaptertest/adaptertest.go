@@ -611,7 +611,7 @@ func testRulesErrors(t *testing.T, a Adapter) {
 		}
 	}
 	_, err := a.App(Spec{Limiter: lim, Rules: redlimit.Rules{"POST /login": "5/m", "GET /ok": "0/s"}})
-	if err == nil || !strings.Contains(err.Error(), `rule "GET /ok"`) || !strings.Contains(err.Error(), "rate must be positive") {
+	if err == nil || !strings.Contains(err.Error(), `rule "GET /ok"`) || !strings.Contains(err.Error(), "rate 0 must be positive") {
 		t.Errorf("bad limit: error %v, want one naming rule \"GET /ok\"", err)
 	}
 	_, err = a.App(Spec{Limiter: lim, Rules: redlimit.Rules{"/same": "5/m", "GET /same": "5/m", "/{x}": "1/s", "/{y}": "1/s"}})
