@@ -43,7 +43,7 @@ func ExampleParseRules() {
 		fmt.Printf("%-16s rule %q, %d remaining\n", target, d.Policy, d.Result.Remaining)
 	}
 	// Output:
-	// redlimit: rule "GET /export/*": redlimit: invalid limit: "10/h token_bucket burst=0": burst must be positive, not 0
+	// redlimit: rule "GET /export/*": redlimit: invalid limit: "10/h token_bucket burst=0": burst 0 must be positive
 	// POST /login      rule "POST /login", 4 remaining
 	// GET /api/users/7 rule "GET /api/*", 99 remaining
 	// GET /health      rule "", 0 remaining

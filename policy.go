@@ -290,11 +290,30 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 	if err != nil {
 		return p.invalid(q.Context, d, err), nil
 	}
-	ctx := q.Context
+	ask := p.engineRequest(q, s, d.Key, quotas)
+	dec, err := p.lim.Decide(q.Context, &ask)
+	if err != nil {
+		var decided bool
+		if d, decided = p.failed(q.Context, d, err, &ask); !decided {
+			return d, nil
+		}
+	} else {
+		d.Result, d.binding, d.Outcome = dec.Result, dec.Binding, OutcomeAllowed
+		if dec.Reservation != nil && dec.Allowed {
+			s.held = dec.Reservation
+		}
+	}
+	return p.judge(q.Context, d, quotas, ask.Each)
+}
 
+// engineRequest returns what the engine decides for q, keyed by key,
+// under quotas: worked out in s, each limit with its scope and the cost
+// it reserves, as a reservation when the request is settled after its
+// handler (budgets, WithResponseCost) or holds slots.
+func (p *policy) engineRequest(q *Request, s *scratch, key string, quotas []quota) core.Request {
 	s.n = len(quotas)
 	n := s.n
-	ask := core.Request{Key: d.Key, Scopes: s.scopes[:n], Limits: s.limits[:n], N: p.cost, Each: s.each[:n]}
+	ask := core.Request{Key: key, Scopes: s.scopes[:n], Limits: s.limits[:n], N: p.cost, Each: s.each[:n]}
 	for i, quota := range quotas {
 		ask.Scopes[i], ask.Limits[i] = quota.scope, quota.limit
 	}
@@ -302,37 +321,44 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 		ask.Costs, ask.TakeRest = p.reservedCosts(q, s.costs[:n], s.rest[:n])
 	}
 	ask.Reserve = p.budgets != nil || p.ResponseCost != nil || holdsSlots(ask.Limits)
-	var dec core.Decision
-	dec, d.Err = p.lim.Decide(ctx, &ask)
-	if d.Err == nil {
-		d.Result, d.binding = dec.Result, dec.Binding
-		if dec.Reservation != nil && dec.Allowed {
-			s.held = dec.Reservation
-		}
-	}
+	return ask
+}
+
+// failed is the verdict when the engine could not decide ask (err): 400
+// for a key or limits it refuses, 503 when the client left, and for a
+// Redis failure, reported, what the failure policy says: a 503 under
+// FailClosed, a pass under FailOpen or in a dry run, or under FailLocal
+// the in-process fallback's decision, which decided reports (it is then
+// judged as Redis's would be).
+func (p *policy) failed(ctx context.Context, d Decision, err error, ask *core.Request) (_ Decision, decided bool) {
+	d.Err = err
 	switch {
-	case d.Err == nil:
-		d.Outcome = OutcomeAllowed
-	case isInputError(d.Err): // limits a request picked, or its key: never a pass
-		return p.invalid(ctx, d, d.Err), nil
+	case isInputError(err): // limits a request picked, or its key: never a pass
+		return p.invalid(ctx, d, err), false
 	case ctx.Err() != nil: // the client left: not Redis's fault
 		d.Outcome, d.Status, d.Err = OutcomeError, http.StatusServiceUnavailable, ctx.Err()
-		return d, nil
-	default:
-		p.reportError(ctx, d.Err)
-		switch {
-		case p.failure == FailLocal:
-			dec = p.local.Decide(&ask)
-			d.Result, d.binding, d.Outcome = dec.Result, dec.Binding, OutcomeLocal
-		case p.failure == FailClosed && !p.dryRun:
-			d.Outcome, d.Status = OutcomeError, http.StatusServiceUnavailable
-			return d, nil
-		default: // fail open, or a dry run, which never blocks
-			d.Outcome = OutcomeError
-			return d, nil
-		}
+		return d, false
 	}
+	p.reportError(ctx, err)
+	switch {
+	case p.failure == FailLocal:
+		dec := p.local.Decide(ask)
+		d.Result, d.binding, d.Outcome = dec.Result, dec.Binding, OutcomeLocal
+		return d, true
+	case p.failure == FailClosed && !p.dryRun:
+		d.Outcome, d.Status = OutcomeError, http.StatusServiceUnavailable
+	default: // fail open, or a dry run, which never blocks
+		d.Outcome = OutcomeError
+	}
+	return d, false
+}
 
+// judge is what a decision (Redis's, or the fallback's) means for the
+// request: in a dry run a pass, a denial reported; an admission passes
+// with its quotas; a denial is a 429 with its Retry-After and, with
+// problem details, the limits it violated (each holds every limit's
+// result). It returns the quotas the headers describe.
+func (p *policy) judge(ctx context.Context, d Decision, quotas []quota, each []core.Result) (Decision, []quota) {
 	switch {
 	case p.dryRun: // decides and reports, never blocks nor answers
 		if !d.Result.Allowed {
@@ -353,7 +379,7 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 	d.Status = http.StatusTooManyRequests
 	d.RetryAfter = RetryAfter(d.Result, p.answer.jitter)
 	if p.answer.problem {
-		d.violated = violated(quotas, ask.Each)
+		d.violated = violated(quotas, each)
 	}
 	return d, quotas
 }

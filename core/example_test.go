@@ -112,7 +112,7 @@ func ExampleParseLimit() {
 	// "100/m"                      rate=100 period=1m0s burst=0 algorithm=""
 	// "5/10s"                      rate=5 period=10s burst=0 algorithm=""
 	// "20/s token_bucket burst=40" rate=20 period=1s burst=40 algorithm="token_bucket"
-	// redlimit: invalid limit: "0/s": rate must be positive, not 0
+	// redlimit: invalid limit: "0/s": rate 0 must be positive
 	// redlimit: invalid limit: "5/10": period "10" is not a duration with a unit (us, ms, s, m, h, d, w)
 }
 

@@ -188,17 +188,28 @@ func (l Limit) Capacity() int {
 }
 
 // Validate reports whether the limit can be enforced. Its errors wrap
-// ErrInvalidLimit and say what is wrong.
+// ErrInvalidLimit and say what is wrong, in the words ParseLimit uses for
+// a limit so written.
 func (l Limit) Validate() error {
+	if err := l.problem(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidLimit, err)
+	}
+	return nil
+}
+
+// problem returns what makes the limit invalid, or nil: the one wording
+// of each rule on a Limit's values, which Validate and ParseLimit both
+// report.
+func (l Limit) problem() error {
 	d := l.descriptor()
 	var err error
 	switch {
 	case d == nil:
 		err = fmt.Errorf("unknown algorithm %q (want one of %s)", l.Algorithm, algorithmNames())
 	case l.Rate <= 0:
-		err = fmt.Errorf("rate %d must be positive", l.Rate)
+		err = errNotPositive("rate", l.Rate)
 	case l.Rate > MaxCount:
-		err = fmt.Errorf("rate %d is above the maximum %d", l.Rate, MaxCount)
+		err = errAboveMaxCount("rate", l.Rate)
 	case l.Period < minPeriod:
 		err = fmt.Errorf("period %v must be at least %v", l.Period, minPeriod)
 	case l.Period%time.Microsecond != 0:
@@ -206,7 +217,7 @@ func (l Limit) Validate() error {
 	case l.Burst < 0:
 		err = fmt.Errorf("burst %d must not be negative (0 means rate)", l.Burst)
 	case l.Burst > MaxCount:
-		err = fmt.Errorf("burst %d is above the maximum %d", l.Burst, MaxCount)
+		err = errAboveMaxCount("burst", l.Burst)
 	case l.Prefetch < 0:
 		err = fmt.Errorf("prefetch %d must not be negative (0 means none)", l.Prefetch)
 	case l.Prefetch > l.Capacity():
@@ -231,10 +242,17 @@ func (l Limit) Validate() error {
 			err = spanError(l, d, span)
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidLimit, err)
-	}
-	return nil
+	return err
+}
+
+// errNotPositive says that the field name, v, must be above zero.
+func errNotPositive(name string, v any) error {
+	return fmt.Errorf("%s %v must be positive", name, v)
+}
+
+// errAboveMaxCount says that the count name, n, is above MaxCount.
+func errAboveMaxCount(name string, n any) error {
+	return fmt.Errorf("%s %v is above the maximum %d", name, n, MaxCount)
 }
 
 // debt returns how long, in µs, one charge may leave the limit's state in
@@ -422,122 +440,219 @@ func formatPeriod(d time.Duration, units []periodUnit) string {
 // "10 concurrent", "3 concurrent lease=30s", "50000/s prefetch=100",
 // "100000/m unit=tokens".
 //
-// The result is validated: errors wrap ErrInvalidLimit and name the part of
-// s that is wrong.
+// The result is validated: errors wrap ErrInvalidLimit, quote s and say
+// what is wrong; a value the grammar reads but Validate refuses (a rate of
+// 0, a period under a millisecond) in Validate's words.
 func ParseLimit(s string) (Limit, error) {
 	fields := strings.Fields(s)
 	if len(fields) == 0 {
 		return Limit{}, fmt.Errorf("%w: empty limit (want RATE/PERIOD, e.g. \"100/m\")", ErrInvalidLimit)
 	}
-	bad := func(format string, args ...any) (Limit, error) {
-		return Limit{}, fmt.Errorf("%w: %q: %s", ErrInvalidLimit, s, fmt.Sprintf(format, args...))
+	p := limitParser{seen: make(map[string]bool, len(fields)-1)}
+	options, err := p.head(fields)
+	for i := 0; err == nil && i < len(options); i++ {
+		err = p.option(options[i])
 	}
-
-	var l Limit
-	var err error
-	rate, period, perPeriod := strings.Cut(fields[0], "/")
-	switch {
-	case !perPeriod && len(fields) > 1 && fields[1] == "concurrent":
-		l.Algorithm, l.Period = Concurrency, defaultLease
-		fields = fields[1:]
-	case !perPeriod:
-		return bad("want RATE/PERIOD, e.g. \"100/m\", or RATE concurrent")
+	if err == nil {
+		err = p.finish()
 	}
-	if l.Rate, err = parseCount(rate); err != nil {
-		return bad("rate %v", err)
+	if err == nil {
+		err = p.l.problem()
 	}
-	monthly := perPeriod && (period == "month" || period == "1month")
-	switch {
-	case monthly:
-		l.Period = month
-	case perPeriod:
-		if l.Period, err = parsePeriod(period); err != nil {
-			return bad("period %v", err)
-		}
+	if err != nil {
+		return Limit{}, fmt.Errorf("%w: %q: %v", ErrInvalidLimit, s, err)
 	}
-	seen := make(map[string]bool, len(fields)-1)
-	for _, f := range fields[1:] {
-		name, value, hasValue := strings.Cut(f, "=")
-		if _, known := algorithms[Algorithm(f)]; known && f != string(Concurrency) {
-			name = "algorithm"
-		}
-		if seen[name] {
-			return bad("%s given twice", name)
-		}
-		seen[name] = true
-		switch {
-		case name == "algorithm" && l.Algorithm == Concurrency:
-			return bad("%q: a concurrency limit has no other algorithm", f)
-		case name == "algorithm":
-			l.Algorithm = Algorithm(f)
-		case name == "burst" && hasValue:
-			l.Burst, err = parseCount(value)
-		case name == "buckets" && hasValue:
-			l.Buckets, err = parseCount(value)
-		case name == "max_delay" && hasValue:
-			l.MaxDelay, err = parsePeriod(value)
-		case name == "max_debt" && hasValue:
-			l.MaxDebt, err = parsePeriod(value)
-		case name == "prefetch" && hasValue:
-			l.Prefetch, err = parseCount(value)
-		case name == "unit" && hasValue:
-			if l.Unit = value; value == "" || !validUnit(value) {
-				err = fmt.Errorf("%q must be a word of lowercase letters, digits, '_' or '-'", value)
-			}
-		case name == "lease" && hasValue && l.Algorithm == Concurrency:
-			l.Period, err = parsePeriod(value)
-		case name == "calendar" && !hasValue:
-			l.Calendar = "UTC"
-		case name == "calendar" && value != "":
-			l.Calendar = value
-		case f == "stepped":
-			l.Stepped = true
-		case f == "shape":
-			l.Shape = true
-		default:
-			return bad("unknown option %q (want an algorithm: %s; or burst=N, buckets=N, stepped, shape, max_delay=DURATION, calendar[=ZONE], prefetch=N, unit=NAME, max_debt=DURATION; a concurrency limit takes lease=DURATION)", f, algorithmNames())
-		}
-		if err != nil {
-			return bad("%s %v", name, err)
-		}
-	}
-	switch {
-	case l.Calendar != "" && l.Algorithm == "":
-		l.Algorithm = FixedWindow
-	case monthly && l.Calendar == "":
-		return bad("a month is a period only on the calendar: add \"calendar\" (\"%s/month fixed_window calendar\")", rate)
-	}
-	if err := l.Validate(); err != nil {
-		return Limit{}, fmt.Errorf("%q: %w", s, err)
-	}
-	return l, nil
+	return p.l, nil
 }
 
-// parseCount reads a positive decimal integer no larger than MaxCount.
-func parseCount(s string) (int, error) {
+// limitParser is ParseLimit's state while it reads one limit: the Limit so
+// far, and what the head said that the options may change the meaning of.
+// It judges the grammar only: what the values may be is Validate's to say
+// (problem), except that an option is not written with the value that
+// leaving it out means (burst=0). Its errors say what is wrong without
+// the limit's text, which ParseLimit adds.
+type limitParser struct {
+	l       Limit
+	rate    string          // RATE as written
+	monthly bool            // PERIOD is "month": the calendar must say so
+	seen    map[string]bool // the options read, each at most once
+}
+
+// head reads the limit's head, "RATE/PERIOD" or "RATE concurrent", and
+// returns the fields after it: the options.
+func (p *limitParser) head(fields []string) ([]string, error) {
+	rate, period, perPeriod := strings.Cut(fields[0], "/")
+	options := fields[1:]
+	switch {
+	case !perPeriod && len(fields) > 1 && fields[1] == "concurrent":
+		p.l.Algorithm, p.l.Period = Concurrency, defaultLease
+		options = fields[2:]
+	case !perPeriod:
+		return nil, errors.New("want RATE/PERIOD, e.g. \"100/m\", or RATE concurrent")
+	}
+	var err error
+	p.rate = rate
+	if p.l.Rate, err = parseCount("rate", rate); err != nil {
+		return nil, err
+	}
+	p.monthly = perPeriod && (period == "month" || period == "1month")
+	switch {
+	case p.monthly:
+		p.l.Period = month
+	case perPeriod:
+		if p.l.Period, err = parsePeriod("period", period); err != nil {
+			return nil, err
+		}
+	}
+	return options, nil
+}
+
+// option reads one option: an algorithm's name, a flag (stepped, shape,
+// calendar) or a setting (NAME=VALUE), each at most once.
+func (p *limitParser) option(f string) error {
+	name, value, hasValue := strings.Cut(f, "=")
+	if _, known := algorithms[Algorithm(f)]; known && f != string(Concurrency) {
+		name = "algorithm"
+	}
+	if p.seen[name] {
+		return fmt.Errorf("%s given twice", name)
+	}
+	p.seen[name] = true
+	known, err := false, error(nil)
+	switch {
+	case name == "algorithm" && p.l.Algorithm == Concurrency:
+		return fmt.Errorf("%q: a concurrency limit has no other algorithm", f)
+	case name == "algorithm":
+		p.l.Algorithm, known = Algorithm(f), true
+	case hasValue:
+		known, err = p.setting(name, value)
+	default:
+		known = p.flag(f)
+	}
+	if !known {
+		return fmt.Errorf("unknown option %q (want an algorithm: %s; or burst=N, buckets=N, stepped, shape, max_delay=DURATION, calendar[=ZONE], prefetch=N, unit=NAME, max_debt=DURATION; a concurrency limit takes lease=DURATION)", f, algorithmNames())
+	}
+	return err
+}
+
+// setting reads the option name=value into the Limit. It reports whether
+// the limit takes such a setting.
+func (p *limitParser) setting(name, value string) (known bool, err error) {
+	l := &p.l
+	switch {
+	case name == "burst":
+		l.Burst, err = optionCount(name, value)
+	case name == "buckets":
+		l.Buckets, err = optionCount(name, value)
+	case name == "max_delay":
+		l.MaxDelay, err = optionDuration(name, value)
+	case name == "max_debt":
+		l.MaxDebt, err = optionDuration(name, value)
+	case name == "prefetch":
+		l.Prefetch, err = optionCount(name, value)
+	case name == "unit":
+		if l.Unit = value; value == "" {
+			err = errors.New("unit is missing (want e.g. \"unit=tokens\")")
+		}
+	case name == "lease" && l.Algorithm == Concurrency:
+		l.Period, err = parsePeriod(name, value)
+	case name == "calendar" && value != "":
+		l.Calendar = value
+	default:
+		return false, nil
+	}
+	return true, err
+}
+
+// optionCount reads the value of the count option name: not 0, which is
+// what leaving the option out means.
+func optionCount(name, value string) (int, error) {
+	n, err := parseCount(name, value)
+	if err == nil && n == 0 {
+		err = errNotPositive(name, n)
+	}
+	return n, err
+}
+
+// optionDuration reads the value of the duration option name: not 0,
+// which is what leaving the option out means.
+func optionDuration(name, value string) (time.Duration, error) {
+	d, err := parsePeriod(name, value)
+	if err == nil && d == 0 {
+		err = errNotPositive(name, d)
+	}
+	return d, err
+}
+
+// flag reads the option f, written without a value, into the Limit. It
+// reports whether f is a flag.
+func (p *limitParser) flag(f string) bool {
+	switch f {
+	case "calendar":
+		p.l.Calendar = "UTC"
+	case "stepped":
+		p.l.Stepped = true
+	case "shape":
+		p.l.Shape = true
+	default:
+		return false
+	}
+	return true
+}
+
+// finish applies what the options mean together: a calendar without an
+// algorithm is a fixed window, and a month is a period only on the
+// calendar.
+func (p *limitParser) finish() error {
+	switch {
+	case p.l.Calendar != "" && p.l.Algorithm == "":
+		p.l.Algorithm = FixedWindow
+	case p.monthly && p.l.Calendar == "":
+		return fmt.Errorf("a month is a period only on the calendar: add \"calendar\" (\"%s/month fixed_window calendar\")", p.rate)
+	}
+	return nil
+}
+
+// parseCount reads the count name, written in decimal digits. What the
+// count may be is Validate's to say (or optionCount's), but for one too
+// large for an int, refused in Validate's words.
+func parseCount(name, s string) (int, error) {
 	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
-		return 0, fmt.Errorf("%q must be a positive integer", s)
+		return 0, fmt.Errorf("%s %q must be a positive integer", name, s)
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n > MaxCount {
-		return 0, fmt.Errorf("%q is above the maximum %d", s, MaxCount)
-	}
-	if n == 0 {
-		return 0, fmt.Errorf("must be positive, not 0")
+	if err != nil {
+		return 0, errAboveMaxCount(name, s)
 	}
 	return n, nil
 }
 
-// parsePeriod reads a positive Go duration, or a whole number of days or
-// weeks, whose leading 1 may be omitted.
-func parsePeriod(s string) (time.Duration, error) {
+// parsePeriod reads the duration name: a Go duration, or a whole number
+// of days or weeks, whose leading 1 may be omitted, and which may be
+// negative. What the duration may be is Validate's to say (or
+// optionDuration's).
+func parsePeriod(name, s string) (time.Duration, error) {
 	if s == "" {
-		return 0, errors.New("is missing (want e.g. \"s\", \"10s\", \"500ms\", \"d\", \"w\")")
+		return 0, fmt.Errorf("%s is missing (want e.g. \"s\", \"10s\", \"500ms\", \"d\", \"w\")", name)
 	}
+	abs, negative := strings.CutPrefix(s, "-")
+	if abs == "" || strings.ContainsRune("-+.", rune(abs[0])) { // a sign or a leading dot
+		return 0, fmt.Errorf("%s %q must be a positive duration", name, s)
+	}
+	d, err := parseDuration(abs)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q %v", name, s, err)
+	}
+	if negative {
+		d = -d
+	}
+	return d, nil
+}
+
+// parseDuration reads an unsigned duration, of Go's syntax or of whole
+// days or weeks, whose leading 1 may be omitted.
+func parseDuration(s string) (time.Duration, error) {
 	if c := s[0]; c < '0' || c > '9' {
-		if c == '-' || c == '+' || c == '.' {
-			return 0, fmt.Errorf("%q must be a positive duration", s)
-		}
 		s = "1" + s
 	}
 	for _, u := range periodUnits[:2] { // days and weeks: whole numbers of them
@@ -547,19 +662,13 @@ func parsePeriod(s string) (time.Duration, error) {
 		}
 		n, err := strconv.ParseInt(count, 10, 64)
 		if err != nil || n > int64(maxPeriod/u.d) {
-			return 0, fmt.Errorf("%q is too long", s)
-		}
-		if n == 0 {
-			return 0, fmt.Errorf("%q must be positive", s)
+			return 0, errors.New("is too long")
 		}
 		return time.Duration(n) * u.d, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration with a unit (us, ms, s, m, h, d, w)", s)
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("%q must be positive", s)
+		return 0, errors.New("is not a duration with a unit (us, ms, s, m, h, d, w)")
 	}
 	return d, nil
 }

@@ -3,6 +3,9 @@ package core_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -74,27 +77,27 @@ func TestParseLimitErrors(t *testing.T) {
 		{"5/", "period is missing"},
 		{"5/10", "not a duration with a unit"},
 		{"5/parsec", "not a duration with a unit"},
-		{"5/-1s", "positive duration"},
-		{"5/0s", "must be positive"},
+		{"5/-1s", "period -1s must be at least 1ms"},
+		{"5/0s", "period 0s must be at least 1ms"},
 		{"5/.5s", "positive duration"},
 		{"5/1us", "at least 1ms"},
 		{"5/9999999999999999h", "not a duration"},
-		{"5/0d", "must be positive"},
+		{"5/0d", "period 0s must be at least 1ms"},
 		{"5/1.5d", "not a duration with a unit"},
-		{"5/-1d", "positive duration"},
+		{"5/-1d", "period -24h0m0s must be at least 1ms"},
 		{"5/99999999999999999999d", "too long"},
 		{"5/1d12h", "not a duration with a unit"},
 		{"0-M", "want RATE/PERIOD"},
 		{"5/s/s", "not a duration"},
 		{"5/s lottery", "unknown option \"lottery\""},
-		{"5/s burst=0", "burst must be positive"},
+		{"5/s burst=0", "burst 0 must be positive"},
 		{"5/s burst=x", "burst \"x\" must be a positive integer"},
 		{"5/s burst=2 burst=3", "burst given twice"},
 		{"5/s gcra token_bucket", "algorithm given twice"},
 		{"5/s fixed_window burst=6", "burst 6 must be 0 or equal to rate 5"},
 		{"999999937/24h token_bucket", "cannot be counted exactly"}, // prime rate: no common factor
 		{"5/s buckets=4", "buckets is a sliding_window setting, not gcra"},
-		{"5/s sliding_window buckets=0", "buckets must be positive"},
+		{"5/s sliding_window buckets=0", "buckets 0 must be positive"},
 		{"5/s sliding_window buckets=101", "buckets 101 must be between 1 and 100"},
 		{"5/s sliding_window buckets=7", "does not divide into 7 buckets"},
 		{"5/s sliding_window buckets=2 buckets=2", "buckets given twice"},
@@ -103,7 +106,7 @@ func TestParseLimitErrors(t *testing.T) {
 		{"5/s token_bucket shape", "shape is a leaky_bucket setting, not token_bucket"},
 		{"5/s leaky_bucket max_delay=1s", "max_delay needs shape"},
 		{"5/s leaky_bucket shape max_delay=", "max_delay is missing"},
-		{"5/s leaky_bucket shape max_delay=-1s", "positive duration"},
+		{"5/s leaky_bucket shape max_delay=-1s", "max_delay -1s must be positive whole microseconds"},
 		{"5/s leaky_bucket shape max_delay=1ns", "whole microseconds"},
 		{"5/s shape shape leaky_bucket", "shape given twice"},
 		{"5/s burst", "unknown option \"burst\""},
@@ -119,6 +122,65 @@ func TestParseLimitErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), tt.says) {
 			t.Errorf("ParseLimit(%q): %q does not say %q", tt.in, err, tt.says)
 		}
+	}
+}
+
+// TestParseLimitWordsAsValidate: a limit ParseLimit reads but Validate
+// refuses is refused in Validate's words, whichever way it was written:
+// ParseLimit adds only the text it read.
+func TestParseLimitWordsAsValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in string
+		l  core.Limit // what in says
+	}{
+		{"0/s", core.Limit{Period: time.Second}},
+		{"00/m gcra", core.Limit{Algorithm: core.GCRA, Period: time.Minute}},
+		{"0 concurrent", core.Limit{Algorithm: core.Concurrency, Period: time.Minute}},
+		{"5/0s", core.Limit{Rate: 5}},
+		{"5/0d", core.Limit{Rate: 5}},
+		{"5/-1s", core.Limit{Rate: 5, Period: -time.Second}},
+		{"5/-2d", core.Limit{Rate: 5, Period: -48 * time.Hour}},
+		{"5/1us", core.Limit{Rate: 5, Period: time.Microsecond}},
+		{"3 concurrent lease=0s", core.Limit{Algorithm: core.Concurrency, Rate: 3}},
+		{"5/s unit=Tokens", core.Limit{Rate: 5, Period: time.Second, Unit: "Tokens"}},
+		{"5/s unit=" + strings.Repeat("t", 33), core.Limit{Rate: 5, Period: time.Second, Unit: strings.Repeat("t", 33)}},
+		{"2/s leaky_bucket shape max_delay=-1s", core.Limit{Algorithm: core.LeakyBucket, Rate: 2, Period: time.Second, Shape: true, MaxDelay: -time.Second}},
+		{"5/s max_debt=-1s", core.Limit{Rate: 5, Period: time.Second, MaxDebt: -time.Second}},
+		{"5/s fixed_window burst=6", core.Limit{Algorithm: core.FixedWindow, Rate: 5, Period: time.Second, Burst: 6}},
+	}
+	if above := int64(core.MaxCount) + 1; above <= math.MaxInt { // on 64-bit platforms
+		n := strconv.FormatInt(above, 10)
+		tests = append(tests,
+			struct {
+				in string
+				l  core.Limit
+			}{n + "/s", core.Limit{Rate: int(above), Period: time.Second}},
+			struct {
+				in string
+				l  core.Limit
+			}{"5/s burst=" + n, core.Limit{Rate: 5, Period: time.Second, Burst: int(above)}})
+	}
+	for _, tt := range tests {
+		verr := tt.l.Validate()
+		if verr == nil {
+			t.Fatalf("%+v validates; the test wants an invalid limit", tt.l)
+		}
+		why := strings.TrimPrefix(verr.Error(), core.ErrInvalidLimit.Error()+": ")
+		_, err := core.ParseLimit(tt.in)
+		if want := fmt.Sprintf("%v: %q: %s", core.ErrInvalidLimit, tt.in, why); err == nil || err.Error() != want {
+			t.Errorf("ParseLimit(%q): %v\nwant %s (Validate's words)", tt.in, err, want)
+		}
+	}
+}
+
+// TestParseLimitHugeCount: a count too long for an int is refused in
+// Validate's words for a count above the maximum.
+func TestParseLimitHugeCount(t *testing.T) {
+	t.Parallel()
+	_, err := core.ParseLimit("99999999999999999999999/s")
+	if want := fmt.Sprintf(`%v: "99999999999999999999999/s": rate 99999999999999999999999 is above the maximum %d`, core.ErrInvalidLimit, core.MaxCount); err == nil || err.Error() != want {
+		t.Errorf("ParseLimit: %v, want %s", err, want)
 	}
 }
 

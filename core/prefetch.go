@@ -98,19 +98,10 @@ type grant struct {
 // It stores each limit's result in results and returns the binding one and
 // its index.
 func (l *Limiter) prefetched(ctx context.Context, d *decision, id string, limits []Limit, results []Result) (Result, int, error) {
-	key := d.cacheID()
-	v, ok := l.leases.Load(key)
-	if !ok {
-		v, ok = l.leases.LoadOrStore(key, &lease{keys: slices.Clone(d.keys[:d.k])})
-		if !ok {
-			l.sweep()
-		}
-	}
-	ls := v.(*lease)
+	ls := l.leaseOf(d)
 	for {
 		now := l.now()
-		if g := ls.g.Load(); g != nil && g.take(now, d.n, limits, results) {
-			res, i := Binding(results)
+		if res, i, ok := ls.answer(now, d.n, limits, results); ok {
 			return res, i, nil
 		}
 		ls.mu.Lock()
@@ -123,41 +114,82 @@ func (l *Limiter) prefetched(ctx context.Context, d *decision, id string, limits
 				return Result{}, 0, ctx.Err()
 			}
 		}
-		if g := ls.g.Load(); g != nil && g.take(now, d.n, limits, results) { // filled meanwhile
+		if res, i, ok := ls.answer(now, d.n, limits, results); ok { // filled meanwhile
 			ls.mu.Unlock()
-			res, i := Binding(results)
 			return res, i, nil
 		}
-		g := ls.g.Swap(nil)
-		size := ls.nextSize(g, now, d.prefetch, l.fixedPrefetch)
-		ls.lastFetch = now
-		if size == 0 { // a key decided once in a while: a plain decision, nobody waits for it
-			ls.mu.Unlock()
-			l.release(g, now)
-			dec, err := l.remote(ctx, d, id, limits, results, false)
+		done := l.startFetch(ls, now, d)
+		dec, err := l.remote(ctx, d, id, limits, results, false)
+		if done == nil { // a plain decision
 			return dec.Result, dec.Binding, err
 		}
-		done := make(chan struct{})
-		ls.fetching = done
-		ls.mu.Unlock()
-		l.release(g, now)
-
-		d.more = size
-		dec, err := l.remote(ctx, d, id, limits, results, false)
-		res, i := dec.Result, dec.Binding
-		ls.mu.Lock()
-		ls.fetching = nil
-		close(done)
+		var g *grant
 		if err == nil && dec.Reservation != nil { // granted d.got more than n
-			ls.g.Store(newGrant(dec.Reservation, now, d.got, limits, results))
+			g = newGrant(dec.Reservation, now, d.got, limits, results)
 			for i := range results {
 				results[i].Remaining += d.got
 			}
-			res, i = Binding(results)
-			l.watch(ls)
+			dec.Result, dec.Binding = Binding(results)
 		}
-		ls.mu.Unlock()
-		return res, i, err
+		l.endFetch(ls, done, g)
+		return dec.Result, dec.Binding, err
+	}
+}
+
+// leaseOf returns the lease of d's keys, made on their first decision
+// (which starts the sweeper, if it does not run).
+func (l *Limiter) leaseOf(d *decision) *lease {
+	key := d.cacheID()
+	v, ok := l.leases.Load(key)
+	if !ok {
+		v, ok = l.leases.LoadOrStore(key, &lease{keys: slices.Clone(d.keys[:d.k])})
+		if !ok {
+			l.sweep()
+		}
+	}
+	return v.(*lease)
+}
+
+// answer decides n events under limits from the lease's grant at now, if
+// it holds them and may still use them: it fills results and returns the
+// binding one, its index and true.
+func (ls *lease) answer(now time.Time, n int, limits []Limit, results []Result) (Result, int, bool) {
+	if g := ls.g.Load(); g != nil && g.take(now, n, limits, results) {
+		res, i := Binding(results)
+		return res, i, true
+	}
+	return Result{}, 0, false
+}
+
+// startFetch, with ls.mu held and no fetch in flight, ends the lease's
+// grant and sizes the fetch of d at now from the key's demand (d.more).
+// Unless the size is 0 (a key decided once in a while: a plain decision,
+// nobody waits for it), it marks the fetch in flight, whose done channel
+// it returns. It unlocks ls.mu, then gives back what the ended grant held.
+func (l *Limiter) startFetch(ls *lease, now time.Time, d *decision) (done chan struct{}) {
+	g := ls.g.Swap(nil)
+	d.more = ls.nextSize(g, now, d.prefetch, l.fixedPrefetch)
+	ls.lastFetch = now
+	if d.more > 0 {
+		done = make(chan struct{})
+		ls.fetching = done
+	}
+	ls.mu.Unlock()
+	l.release(g, now)
+	return done
+}
+
+// endFetch ends the fetch in flight on ls (done), whose waiters then try
+// the lease again: g, when the fetch granted events, is its grant from now
+// on, given back if it goes unused.
+func (l *Limiter) endFetch(ls *lease, done chan struct{}, g *grant) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.fetching = nil
+	close(done)
+	if g != nil {
+		ls.g.Store(g)
+		l.watch(ls)
 	}
 }
 

@@ -40,6 +40,45 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) error {
 // context.DeadlineExceeded at once. n = 0 returns nil. No goroutine is
 // started. It is safe for concurrent use.
 func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) error {
+	if err := l.checkWait(key, limit, n); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	var s sleeper
+	defer s.stop()
+	for {
+		res, err := l.AllowN(ctx, key, limit, n)
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return ctxErr
+			}
+			return err
+		}
+		pause, done, err := waitPause(res, limit, n)
+		if done || err != nil {
+			return err
+		}
+		jitter, late := waitJitter(ctx, res.Allowed, pause)
+		if late {
+			return &deadlineError{key: key, limit: limit, n: n, pause: pause, admitted: res.Allowed}
+		}
+		if err := s.sleep(ctx, pause+jitter); err != nil {
+			return err
+		}
+		if res.Allowed {
+			return nil // slept the shaping Delay
+		}
+	}
+}
+
+// checkWait returns WaitN's error for arguments it refuses at once: an
+// invalid key or limit, a negative n, or an n above the limit's burst.
+func (l *Limiter) checkWait(key string, limit Limit, n int) error {
 	if err := l.checkKey(key); err != nil {
 		return err
 	}
@@ -52,67 +91,69 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) err
 	case n > limit.Capacity():
 		return errNeverAdmitted(limit, n)
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	return nil
+}
+
+// waitPause says what a try's result res means for WaitN: done when the
+// events are admitted with nothing to wait; an error when they can never
+// be; else the pause before returning (an admitted event's shaping Delay)
+// or before the next try (RetryAfter, at least minWaitPause).
+func waitPause(res Result, limit Limit, n int) (pause time.Duration, done bool, err error) {
+	switch {
+	case res.Allowed && res.Delay <= 0:
+		return 0, true, nil
+	case res.Allowed:
+		return res.Delay, false, nil // exact: the place in the queue
+	case res.RetryAfter == InfDuration:
+		return 0, false, errNeverAdmitted(limit, n)
+	default:
+		return max(res.RetryAfter, minWaitPause), false, nil
 	}
-	if n == 0 {
+}
+
+// waitJitter returns the random extra to add to pause after a denial (up
+// to 1/waitJitterDiv of it, at most waitJitterMax; none after an
+// admission, nor when it would pass ctx's deadline), or late when pause
+// itself would pass the deadline.
+func waitJitter(ctx context.Context, admitted bool, pause time.Duration) (jitter time.Duration, late bool) {
+	if !admitted {
+		jitter = rand.N(min(pause/waitJitterDiv, waitJitterMax))
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		left := time.Until(deadline)
+		if pause >= left {
+			return 0, true
+		}
+		if pause+jitter >= left {
+			jitter = 0
+		}
+	}
+	return jitter, false
+}
+
+// sleeper sleeps WaitN's pauses on one timer, made at the first pause and
+// reused.
+type sleeper struct{ timer *time.Timer }
+
+// sleep waits d, or until ctx ends, then returning ctx.Err().
+func (s *sleeper) sleep(ctx context.Context, d time.Duration) error {
+	if s.timer == nil {
+		s.timer = time.NewTimer(d)
+	} else {
+		s.timer.Reset(d) // since Go 1.23, no stale tick survives Reset
+	}
+	select {
+	case <-s.timer.C:
 		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
+}
 
-	var timer *time.Timer // made at the first sleep, reused, stopped on return
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		res, err := l.AllowN(ctx, key, limit, n)
-		if err != nil {
-			if ctxErr := ctx.Err(); ctxErr != nil {
-				return ctxErr
-			}
-			return err
-		}
-
-		var pause time.Duration
-		switch {
-		case res.Allowed && res.Delay <= 0:
-			return nil
-		case res.Allowed:
-			pause = res.Delay // exact: the place in the queue
-		case res.RetryAfter == InfDuration:
-			return errNeverAdmitted(limit, n)
-		default:
-			pause = max(res.RetryAfter, minWaitPause)
-		}
-
-		jitter := time.Duration(0)
-		if !res.Allowed {
-			jitter = rand.N(min(pause/waitJitterDiv, waitJitterMax))
-		}
-		if deadline, ok := ctx.Deadline(); ok {
-			left := time.Until(deadline)
-			if pause >= left {
-				return &deadlineError{key: key, limit: limit, n: n, pause: pause, admitted: res.Allowed}
-			}
-			if pause+jitter >= left {
-				jitter = 0
-			}
-		}
-
-		if timer == nil {
-			timer = time.NewTimer(pause + jitter)
-		} else {
-			timer.Reset(pause + jitter) // since Go 1.23, no stale tick survives Reset
-		}
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if res.Allowed {
-			return nil // slept the shaping Delay
-		}
+// stop stops the timer, if one was made.
+func (s *sleeper) stop() {
+	if s.timer != nil {
+		s.timer.Stop()
 	}
 }
 

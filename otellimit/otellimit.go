@@ -149,61 +149,84 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	for _, opt := range opts {
 		opt(&c)
 	}
-	if len(c.buckets) == 0 {
-		return nil, errors.New("otellimit: WithBuckets without buckets")
-	}
-	for i := 1; i < len(c.buckets); i++ {
-		if c.buckets[i] <= c.buckets[i-1] {
-			return nil, fmt.Errorf("otellimit: buckets %v are not increasing", c.buckets)
-		}
+	if err := c.check(); err != nil {
+		return nil, err
 	}
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
 	meter := mp.Meter(ScopeName)
 	m := &Metrics{}
+	err := m.decisionInstruments(meter, c.buckets)
+	if err == nil {
+		err = m.limiterInstruments(meter)
+	}
+	if err == nil {
+		_, err = meter.RegisterCallback(m.observeBreakers, m.breakerOpen, m.breakerOpens, m.failed, m.retried, m.abandoned)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("otellimit: %w", err)
+	}
+	return m, nil
+}
+
+// check reports whether the buckets are usable: at least one, increasing.
+func (c config) check() error {
+	if len(c.buckets) == 0 {
+		return errors.New("otellimit: WithBuckets without buckets")
+	}
+	for i := 1; i < len(c.buckets); i++ {
+		if c.buckets[i] <= c.buckets[i-1] {
+			return fmt.Errorf("otellimit: buckets %v are not increasing", c.buckets)
+		}
+	}
+	return nil
+}
+
+// decisionInstruments makes the instruments a decision records: the
+// decisions counter and the duration histogram, of buckets.
+func (m *Metrics) decisionInstruments(meter metric.Meter, buckets []float64) error {
 	var err error
 	m.decisions, err = meter.Int64Counter(DecisionsName, metric.WithUnit("{decision}"),
 		metric.WithDescription("Rate limit decisions, by policy and outcome (allowed, denied, denied_cached, dry_run_denied, local, error, invalid, skipped)."))
 	if err != nil {
-		return nil, fmt.Errorf("otellimit: %w", err)
+		return err
 	}
 	m.duration, err = meter.Float64Histogram(DurationName, metric.WithUnit("s"),
 		metric.WithDescription("How long rate limit decisions took, Redis included, by policy; skipped requests are not recorded."),
-		metric.WithExplicitBucketBoundaries(c.buckets...))
-	if err != nil {
-		return nil, fmt.Errorf("otellimit: %w", err)
-	}
+		metric.WithExplicitBucketBoundaries(buckets...))
+	return err
+}
+
+// limiterInstruments makes the instruments observed from the watched
+// Limiters (observeBreakers): their breakers, and their settlements and
+// releases that failed.
+func (m *Metrics) limiterInstruments(meter metric.Meter) error {
+	var err error
 	// No unit: "1" would make a Prometheus exporter add _ratio to the name.
 	m.breakerOpen, err = meter.Int64ObservableGauge(BreakerName,
 		metric.WithDescription("1 while the Limiter's circuit breaker is open (Redis kept failing and decisions fail at once), else 0."))
 	if err != nil {
-		return nil, fmt.Errorf("otellimit: %w", err)
+		return err
 	}
 	m.breakerOpens, err = meter.Int64ObservableCounter(BreakerOpensName, metric.WithUnit("{opening}"),
 		metric.WithDescription("Times the Limiter's circuit breaker opened since the Limiter was created."))
 	if err != nil {
-		return nil, fmt.Errorf("otellimit: %w", err)
+		return err
 	}
 	m.failed, err = meter.Int64ObservableCounter(SettlementsFailedName, metric.WithUnit("{settlement}"),
 		metric.WithDescription("Reservation settlements of the Limiter that failed (a timeout, a lost connection, an open breaker)."))
 	if err != nil {
-		return nil, fmt.Errorf("otellimit: %w", err)
+		return err
 	}
 	m.retried, err = meter.Int64ObservableCounter(ReleasesRetriedName, metric.WithUnit("{release}"),
 		metric.WithDescription("Failed settlements whose Concurrency slots the Limiter then freed in the background."))
 	if err != nil {
-		return nil, fmt.Errorf("otellimit: %w", err)
+		return err
 	}
 	m.abandoned, err = meter.Int64ObservableCounter(ReleasesAbandonedName, metric.WithUnit("{release}"),
 		metric.WithDescription("Failed settlements whose Concurrency slots the Limiter stopped trying to free (their lease frees them)."))
-	if err != nil {
-		return nil, fmt.Errorf("otellimit: %w", err)
-	}
-	if _, err = meter.RegisterCallback(m.observeBreakers, m.breakerOpen, m.breakerOpens, m.failed, m.retried, m.abandoned); err != nil {
-		return nil, fmt.Errorf("otellimit: %w", err)
-	}
-	return m, nil
+	return err
 }
 
 // Observer returns the option that plugs m into a policy:

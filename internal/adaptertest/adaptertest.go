@@ -177,67 +177,71 @@ func expect(t *testing.T, what string, w *httptest.ResponseRecorder, status int,
 	}
 }
 
-// Run runs the conformance suite against a.
+// conformanceTest is one test of the suite: its name and its function.
+type conformanceTest struct {
+	name string
+	run  func(t *testing.T, a Adapter)
+}
+
+// suite is the conformance suite, in the order Run runs it; Run adds
+// ContextUser for an adapter with a UserKey.
+var suite = []conformanceTest{
+	{"Headers", testHeaders},
+	{"HeaderProfiles", testHeaderProfiles},
+	{"Skip", testSkip},
+	{"DenyHandler", testDenyHandler},
+	{"Cost", testCost},
+	{"CostUnits", testCostUnits},
+	{"DryRun", testDryRun},
+	{"MissingKey", testMissingKey},
+	{"MissingKeyLogged", testMissingKeyLogged},
+	{"LongKeysHashed", testLongKeys},
+	{"ForgedForwardedFor", testForgedForwardedFor},
+	{"TrustedProxies", testTrustedProxies},
+	{"IPv6Grouping", testIPv6Grouping},
+	{"RouteKeys", testRouteKeys},
+	{"PerRoute", testPerRoute},
+	{"PoliciesApart", testPoliciesApart},
+	{"TwoPoliciesHeaders", testTwoPoliciesHeaders},
+	{"Rules", testRules},
+	{"RulesErrors", testRulesErrors},
+	{"RulesHosts", testRulesHosts},
+	{"Shaping", testShaping},
+	{"FailurePolicies", testFailurePolicies},
+	{"SlowRedis", testSlowRedis},
+	{"Instances", testInstances},
+	{"WithAlso", testWithAlso},
+	{"RulesCatchAll", testRulesCatchAll},
+	{"RequestLimits", testRequestLimits},
+	{"RequestLimitsCost", testRequestLimitsCost},
+	{"InstancesOneDecision", testInstancesOneDecision},
+	{"DraftHeaders", testDraftHeaders},
+	{"ProblemDetails", testProblemDetails},
+	{"RetryAfterJitter", testRetryAfterJitter},
+	{"ResetUnix", testResetUnix},
+	{"FailedLoginsCount", testFailedLoginsCount},
+	{"TokensCharged", testTokensCharged},
+	{"ResponseCostBounds", testResponseCostBounds},
+	{"InFlightRules", testInFlightRules},
+	{"InFlight", testInFlight},
+	{"SlotFreedOnPanic", testSlotFreedOnPanic},
+	{"SlotFreedClientGone", testSlotFreedClientGone},
+	{"StreamingAndHijacked", testStreamingAndHijacked},
+	{"BudgetDenials", testBudgetDenials},
+	{"BudgetSettles", testBudgetSettles},
+	{"BudgetCap", testBudgetCap},
+	{"BudgetLastTokens", testBudgetLastTokens},
+	{"BudgetStream", testBudgetStream},
+	{"BudgetPanic", testBudgetPanic},
+	{"BudgetProxy", testBudgetProxy},
+	{"ZeroLimiter", testZeroLimiter},
+}
+
+// Run runs the conformance suite against a, each test in parallel.
 func Run(t *testing.T, a Adapter) {
-	cases := []struct {
-		name string
-		run  func(t *testing.T, a Adapter)
-	}{
-		{"Headers", testHeaders},
-		{"HeaderProfiles", testHeaderProfiles},
-		{"Skip", testSkip},
-		{"DenyHandler", testDenyHandler},
-		{"Cost", testCost},
-		{"CostUnits", testCostUnits},
-		{"DryRun", testDryRun},
-		{"MissingKey", testMissingKey},
-		{"MissingKeyLogged", testMissingKeyLogged},
-		{"LongKeysHashed", testLongKeys},
-		{"ForgedForwardedFor", testForgedForwardedFor},
-		{"TrustedProxies", testTrustedProxies},
-		{"IPv6Grouping", testIPv6Grouping},
-		{"RouteKeys", testRouteKeys},
-		{"PerRoute", testPerRoute},
-		{"PoliciesApart", testPoliciesApart},
-		{"TwoPoliciesHeaders", testTwoPoliciesHeaders},
-		{"Rules", testRules},
-		{"RulesErrors", testRulesErrors},
-		{"RulesHosts", testRulesHosts},
-		{"Shaping", testShaping},
-		{"FailurePolicies", testFailurePolicies},
-		{"SlowRedis", testSlowRedis},
-		{"Instances", testInstances},
-		{"WithAlso", testWithAlso},
-		{"RulesCatchAll", testRulesCatchAll},
-		{"RequestLimits", testRequestLimits},
-		{"RequestLimitsCost", testRequestLimitsCost},
-		{"InstancesOneDecision", testInstancesOneDecision},
-		{"DraftHeaders", testDraftHeaders},
-		{"ProblemDetails", testProblemDetails},
-		{"RetryAfterJitter", testRetryAfterJitter},
-		{"ResetUnix", testResetUnix},
-		{"FailedLoginsCount", testFailedLoginsCount},
-		{"TokensCharged", testTokensCharged},
-		{"ResponseCostBounds", testResponseCostBounds},
-		{"InFlightRules", testInFlightRules},
-		{"InFlight", testInFlight},
-		{"SlotFreedOnPanic", testSlotFreedOnPanic},
-		{"SlotFreedClientGone", testSlotFreedClientGone},
-		{"StreamingAndHijacked", testStreamingAndHijacked},
-		{"BudgetDenials", testBudgetDenials},
-		{"BudgetSettles", testBudgetSettles},
-		{"BudgetCap", testBudgetCap},
-		{"BudgetLastTokens", testBudgetLastTokens},
-		{"BudgetStream", testBudgetStream},
-		{"BudgetPanic", testBudgetPanic},
-		{"BudgetProxy", testBudgetProxy},
-		{"ZeroLimiter", testZeroLimiter},
-	}
+	cases := suite
 	if a.UserKey != nil {
-		cases = append(cases, struct {
-			name string
-			run  func(t *testing.T, a Adapter)
-		}{"ContextUser", testContextUser})
+		cases = append(cases[:len(cases):len(cases)], conformanceTest{"ContextUser", testContextUser})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -611,7 +615,7 @@ func testRulesErrors(t *testing.T, a Adapter) {
 		}
 	}
 	_, err := a.App(Spec{Limiter: lim, Rules: redlimit.Rules{"POST /login": "5/m", "GET /ok": "0/s"}})
-	if err == nil || !strings.Contains(err.Error(), `rule "GET /ok"`) || !strings.Contains(err.Error(), "rate must be positive") {
+	if err == nil || !strings.Contains(err.Error(), `rule "GET /ok"`) || !strings.Contains(err.Error(), "rate 0 must be positive") {
 		t.Errorf("bad limit: error %v, want one naming rule \"GET /ok\"", err)
 	}
 	_, err = a.App(Spec{Limiter: lim, Rules: redlimit.Rules{"/same": "5/m", "GET /same": "5/m", "/{x}": "1/s", "/{y}": "1/s"}})
@@ -1013,63 +1017,81 @@ func testInstancesOneDecision(t *testing.T, a Adapter) {
 // until the whole allowance is back), never later than Retry-After on a
 // 429; pk a keyed hash of the key, never the address.
 func testDraftHeaders(t *testing.T, a Adapter) {
-	draft := redlimit.WithHeaders(redlimit.HeadersDraft)
-	parse := func(what string, w *httptest.ResponseRecorder, field string) httpsfv.List {
-		t.Helper()
-		l, err := httpsfv.UnmarshalList(w.Header().Values(field))
-		if err != nil {
-			t.Fatalf("%s: %s %q is not a structured-field list: %v", what, field, w.Header().Values(field), err)
-		}
-		return l
-	}
-	param := func(l httpsfv.List, i int, name string) any {
-		v, _ := l[i].(httpsfv.Item).Params.Get(name)
-		return v
-	}
+	testDraftPolicy(t, a)
+	testDraftSubSecond(t, a)
+	testDraftBeforeRetryAfter(t, a)
+	testDraftPartitionKey(t, a)
+}
 
-	// A GCRA of 3 a minute, bursts of 5: more quota every 20 s.
+// draftList parses w's field as a structured-field list, ending the test
+// if it is not one.
+func draftList(t *testing.T, what string, w *httptest.ResponseRecorder, field string) httpsfv.List {
+	t.Helper()
+	l, err := httpsfv.UnmarshalList(w.Header().Values(field))
+	if err != nil {
+		t.Fatalf("%s: %s %q is not a structured-field list: %v", what, field, w.Header().Values(field), err)
+	}
+	return l
+}
+
+// draftParam returns the parameter name of l's i-th item, nil if absent.
+func draftParam(l httpsfv.List, i int, name string) any {
+	v, _ := l[i].(httpsfv.Item).Params.Get(name)
+	return v
+}
+
+// testDraftPolicy: a GCRA of 3 a minute, bursts of 5, more quota every
+// 20 s: the policy's q, w and burst, r and t, as lists, on a 429 too.
+func testDraftPolicy(t *testing.T, a Adapter) {
 	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.Limit{Rate: 3, Period: time.Minute, Burst: 5},
-		[]redlimit.Option{redlimit.WithName("g"), draft}}})
+		[]redlimit.Option{redlimit.WithName("g"), redlimit.WithHeaders(redlimit.HeadersDraft)}}})
 	w := req{}.send(h)
 	expect(t, "first", w, http.StatusOK, "RateLimit-Policy", `"g";q=3;w=60;redlimit-burst=5`, "RateLimit", `"g";r=4;t=20`)
-	parse("first", w, "RateLimit-Policy")
-	parse("first", w, "RateLimit")
+	draftList(t, "first", w, "RateLimit-Policy")
+	draftList(t, "first", w, "RateLimit")
 	for i := 0; i < 4; i++ {
 		req{}.send(h)
 	}
 	w = req{}.send(h)
 	expect(t, "denied", w, http.StatusTooManyRequests, "RateLimit", `"g";r=0;t=20`, "Retry-After", "20")
+}
 
-	// Sub-second periods scale to a whole-second window.
-	h = build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.Limit{Rate: 3, Period: 500 * time.Millisecond},
-		[]redlimit.Option{redlimit.WithName("fast"), draft}}})
-	w = req{}.send(h)
-	if l := parse("3/500ms", w, "RateLimit-Policy"); param(l, 0, "q") != int64(6) || param(l, 0, "w") != int64(1) {
+// testDraftSubSecond: sub-second periods scale to a whole-second window.
+func testDraftSubSecond(t *testing.T, a Adapter) {
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.Limit{Rate: 3, Period: 500 * time.Millisecond},
+		[]redlimit.Option{redlimit.WithName("fast"), redlimit.WithHeaders(redlimit.HeadersDraft)}}})
+	w := req{}.send(h)
+	if l := draftList(t, "3/500ms", w, "RateLimit-Policy"); draftParam(l, 0, "q") != int64(6) || draftParam(l, 0, "w") != int64(1) {
 		t.Fatalf("3/500ms: RateLimit-Policy %q, want q=6;w=1", w.Header().Get("RateLimit-Policy"))
 	}
+}
 
-	// A token bucket whose burst is spent but refills fast, beside a quota
-	// that refills in an hour: on the 429, each t is at most Retry-After;
-	// the hour's would not be, so it is left out.
+// testDraftBeforeRetryAfter: a token bucket whose burst is spent but
+// refills fast, beside a quota that refills in an hour: on the 429, each
+// t is at most Retry-After; the hour's would not be, so it is left out.
+func testDraftBeforeRetryAfter(t *testing.T, a Adapter) {
 	hourly := core.Limit{Algorithm: core.FixedWindow, Rate: 100, Period: time.Hour}
-	h = build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.Limit{Algorithm: core.TokenBucket, Rate: 1, Period: time.Second, Burst: 2},
-		[]redlimit.Option{redlimit.WithName("tb"), redlimit.WithAlso(hourly), draft}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.Limit{Algorithm: core.TokenBucket, Rate: 1, Period: time.Second, Burst: 2},
+		[]redlimit.Option{redlimit.WithName("tb"), redlimit.WithAlso(hourly), redlimit.WithHeaders(redlimit.HeadersDraft)}}})
 	req{}.send(h)
 	req{}.send(h)
-	w = req{}.send(h)
+	w := req{}.send(h)
 	expect(t, "the bucket denies", w, http.StatusTooManyRequests, "Retry-After", "1")
-	l := parse("denied", w, "RateLimit")
-	if len(l) != 2 || param(l, 0, "t") != int64(1) || param(l, 1, "t") != nil || param(l, 1, "r") != int64(98) {
+	l := draftList(t, "denied", w, "RateLimit")
+	if len(l) != 2 || draftParam(l, 0, "t") != int64(1) || draftParam(l, 1, "t") != nil || draftParam(l, 1, "r") != int64(98) {
 		t.Fatalf("RateLimit %q: want the bucket's t=1 and the quota's r=98 without t", w.Header().Values("RateLimit"))
 	}
+}
 
-	// pk: a keyed hash, the same for one client, different for another,
-	// never the address itself.
+// testDraftPartitionKey: pk is a keyed hash, the same for one client,
+// different for another, never the address itself.
+func testDraftPartitionKey(t *testing.T, a Adapter) {
 	secret := redlimit.WithPartitionKey([]byte("0123456789abcdef-secret"))
-	h = build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(10), []redlimit.Option{redlimit.WithName("pk"), draft, secret}}})
+	h := build(t, a, Spec{Limiter: Embedded(t), Global: &Mw{core.PerMinute(10),
+		[]redlimit.Option{redlimit.WithName("pk"), redlimit.WithHeaders(redlimit.HeadersDraft), secret}}})
 	pk := func(remote string) []byte {
 		w := req{remote: remote}.send(h)
-		v, ok := param(parse("pk", w, "RateLimit"), 0, "pk").([]byte)
+		v, ok := draftParam(draftList(t, "pk", w, "RateLimit"), 0, "pk").([]byte)
 		if !ok || len(v) != 12 {
 			t.Fatalf("pk %v in %q, want 12 bytes", v, w.Header().Values("RateLimit"))
 		}

@@ -214,36 +214,16 @@ func (s *sse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // client that leaves mid-stream is charged what was produced.
 func testBudgetStream(t *testing.T, a Adapter) {
 	s := &sse{done: make(chan struct{}, 4)}
-	b := redlimit.Budget{Limits: []core.Limit{{Algorithm: core.FixedWindow, Rate: 100000, Period: time.Hour, Unit: "tokens"}},
-		Estimate: func(r *http.Request) int {
-			if r.Header.Get("X-Quick") != "" {
-				return 0
-			}
-			return 100
-		}}
-	opts := []redlimit.Option{redlimit.WithName("sse"), redlimit.WithHeaders(redlimit.HeadersDraft), redlimit.WithBudget(b)}
-	srv := httptest.NewServer(build(t, a, Spec{Limiter: Embedded(t), WorkHandler: s, Work: &Mw{core.PerHour(100), opts}}))
-	t.Cleanup(srv.Close)
-	post := func(ctx context.Context, header ...string) *http.Response {
-		r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/work", nil)
-		for i := 0; i+1 < len(header); i += 2 {
-			r.Header.Set(header[i], header[i+1])
-		}
-		resp, err := http.DefaultClient.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
+	base := sseServer(t, a, s)
 	tokensLeft := func() string {
-		resp := post(context.Background(), "X-Quick", "1")
+		resp := postWork(t, context.Background(), base, "X-Quick", "1")
 		resp.Body.Close()
 		<-s.done
 		return resp.Header.Get("RateLimit")
 	}
 
 	// To the end: 20 events, 200 tokens, where 100 were reserved.
-	resp := post(context.Background(), "X-Events", "20")
+	resp := postWork(t, context.Background(), base, "X-Events", "20")
 	if _, err := io.ReadAll(resp.Body); err != nil {
 		t.Fatal(err)
 	}
@@ -256,16 +236,7 @@ func testBudgetStream(t *testing.T, a Adapter) {
 	// The client leaves after 3 events of 1000: charged what was produced.
 	s.produced.Store(0)
 	ctx, cancel := context.WithCancel(context.Background())
-	resp = post(ctx, "X-Events", "1000")
-	rd := bufio.NewReader(resp.Body)
-	for i := 0; i < 3; i++ {
-		if _, err := rd.ReadString('\n'); err != nil {
-			t.Fatal(err)
-		}
-		rd.ReadString('\n')
-	}
-	cancel()
-	resp.Body.Close()
+	hangUpAfter(t, postWork(t, ctx, base, "X-Events", "1000"), cancel, 3)
 	select {
 	case <-s.done:
 	case <-time.After(10 * time.Second):
@@ -276,15 +247,73 @@ func testBudgetStream(t *testing.T, a Adapter) {
 		t.Fatalf("%d events produced; want at least the 3 read, and not all 1000", produced)
 	}
 	// Settled after its handler returned: soon.
-	want := fmt.Sprintf(`"sse-1h-tokens";r=%d;t=3600`, 100000-200-10*produced)
+	awaitRateLimit(t, fmt.Sprintf("after a client left a stream of %d events", produced),
+		fmt.Sprintf(`"sse-1h-tokens";r=%d;t=3600`, 100000-200-10*produced), tokensLeft)
+}
+
+// sseServer starts a real server of a's app whose POST /work is s, under a
+// budget of 100 000 tokens an hour, each request reserving 100 (0 with
+// X-Quick), and returns its URL.
+func sseServer(t *testing.T, a Adapter, s *sse) string {
+	b := redlimit.Budget{Limits: []core.Limit{{Algorithm: core.FixedWindow, Rate: 100000, Period: time.Hour, Unit: "tokens"}},
+		Estimate: func(r *http.Request) int {
+			if r.Header.Get("X-Quick") != "" {
+				return 0
+			}
+			return 100
+		}}
+	opts := []redlimit.Option{redlimit.WithName("sse"), redlimit.WithHeaders(redlimit.HeadersDraft), redlimit.WithBudget(b)}
+	srv := httptest.NewServer(build(t, a, Spec{Limiter: Embedded(t), WorkHandler: s, Work: &Mw{core.PerHour(100), opts}}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// postWork sends POST /work, with the header pairs, to the server at base,
+// ending the test if it cannot.
+func postWork(t *testing.T, ctx context.Context, base string, header ...string) *http.Response {
+	resp, err := post(ctx, base, header...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// post sends POST /work, with the header pairs, to the server at base.
+func post(ctx context.Context, base string, header ...string) (*http.Response, error) {
+	r, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/work", nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Set(header[i], header[i+1])
+	}
+	return http.DefaultClient.Do(r)
+}
+
+// hangUpAfter reads the first events of resp's event stream, then leaves:
+// it cancels the request's context and closes the body.
+func hangUpAfter(t *testing.T, resp *http.Response, cancel context.CancelFunc, events int) {
+	rd := bufio.NewReader(resp.Body)
+	for i := 0; i < events; i++ {
+		if _, err := rd.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		rd.ReadString('\n')
+	}
+	cancel()
+	resp.Body.Close()
+}
+
+// awaitRateLimit calls rateLimit, which sends a request and returns its
+// RateLimit field, every 10 ms until the field ends with want; after 5 s
+// it ends the test, saying what.
+func awaitRateLimit(t *testing.T, what, want string, rateLimit func() string) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		got := tokensLeft()
+		got := rateLimit()
 		if strings.HasSuffix(got, want) {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after a client left a stream of %d events: RateLimit %q, want it to end %q", produced, got, want)
+			t.Fatalf("%s: RateLimit %q, want it to end %q", what, got, want)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -351,6 +380,101 @@ func (m *meter) Read(p []byte) (int, error) {
 // reported when it is read to its end, and when its client hangs up
 // mid-stream, which ReverseProxy answers with panic(http.ErrAbortHandler).
 func testBudgetProxy(t *testing.T, a Adapter) {
+	var reported atomic.Int64
+	done := make(chan struct{}, 4)
+	base := proxyServer(t, a, &reported, done)
+	// ended waits until the proxy's handler has ended.
+	ended := func(what string) {
+		t.Helper()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the proxy's handler did not end within 10 s", what)
+		}
+	}
+	// settled waits until the tokens left are proxyTokens-charged, which
+	// the settlement after the handler makes soon; each quick request it
+	// sends reports nothing and reserves nothing.
+	settled := func(what string, charged int64) {
+		t.Helper()
+		awaitRateLimit(t, fmt.Sprintf("%s (charged the %d reported)", what, charged),
+			fmt.Sprintf(`"proxy-1h-tokens";r=%d;t=3600`, proxyTokens-charged), func() string {
+				resp := postWork(t, context.Background(), base, "X-Quick", "1")
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("%s: a quick request answered %d", what, resp.StatusCode)
+				}
+				ended(what)
+				return resp.Header.Get("RateLimit")
+			})
+	}
+
+	// Read to its end: charged what the proxy read, not the estimate.
+	resp := postWork(t, context.Background(), base, "X-Events", "20")
+	if _, err := io.ReadAll(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	ended("a stream read to its end")
+	whole := reported.Load()
+	if whole < int64(20*10*len("data: token 0\n\n")) {
+		t.Fatalf("%d tokens reported for a stream of 20 events", whole)
+	}
+	settled("a stream read to its end", whole)
+
+	// The client hangs up after 3 events of 1000.
+	reported.Store(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	hangUpAfter(t, postWork(t, ctx, base, "X-Events", "1000"), cancel, 3)
+	ended("a client that hung up")
+	left := reported.Load()
+	if left < int64(3*10*len("data: token 0\n\n")) || left >= int64(1000*10*len("data: token 0\n\n")) {
+		t.Fatalf("%d tokens reported; want at least the 3 events read, not all 1000", left)
+	}
+	settled("a client that hung up after 3 events", whole+left)
+}
+
+// proxyTokens is the hourly token budget of testBudgetProxy's server.
+const proxyTokens = 10_000_000
+
+// proxyServer starts a real server of a's app whose POST /work goes
+// through a ReverseProxy to an event stream (sseBackend), which reports
+// 10 tokens a byte read to the request's Usage and adds them up in
+// reported; each request's handler says on done when it ends. The budget
+// is proxyTokens an hour, each request reserving 50 (0 with X-Quick). It
+// returns the server's URL.
+func proxyServer(t *testing.T, a Adapter, reported *atomic.Int64, done chan<- struct{}) string {
+	proxy := httputil.NewSingleHostReverseProxy(sseBackend(t))
+	proxy.ErrorLog = log.New(io.Discard, "", 0)
+	proxy.ModifyResponse = func(res *http.Response) error {
+		if res.Request.Header.Get("X-Quick") != "" { // reports nothing: settled at its estimate, 0
+			return nil
+		}
+		res.Body = &meter{ReadCloser: res.Body, usage: redlimit.UsageFrom(res.Request.Context()), reported: reported}
+		return nil
+	}
+	front := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { done <- struct{}{} }() // before the middleware settles, on a panic too
+		proxy.ServeHTTP(w, r)
+	})
+	b := redlimit.Budget{Limits: []core.Limit{{Algorithm: core.FixedWindow, Rate: proxyTokens, Period: time.Hour, Unit: "tokens"}},
+		Estimate: func(r *http.Request) int {
+			if r.Header.Get("X-Quick") != "" {
+				return 0
+			}
+			return 50
+		}}
+	opts := []redlimit.Option{redlimit.WithName("proxy"), redlimit.WithHeaders(redlimit.HeadersDraft), redlimit.WithBudget(b)}
+	srv := httptest.NewServer(build(t, a, Spec{Limiter: Embedded(t), WorkHandler: front,
+		Work: &Mw{core.Limit{Algorithm: core.FixedWindow, Rate: 1_000_000, Period: time.Hour}, opts}}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// sseBackend starts the proxied server: it answers "ok" with X-Quick,
+// else streams X-Events events, flushed, 2 ms apart, until its client
+// leaves. It returns its URL.
+func sseBackend(t *testing.T) *url.URL {
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Quick") != "" {
 			io.WriteString(w, "ok")
@@ -373,108 +497,5 @@ func testBudgetProxy(t *testing.T, a Adapter) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reported atomic.Int64
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.ErrorLog = log.New(io.Discard, "", 0)
-	proxy.ModifyResponse = func(res *http.Response) error {
-		if res.Request.Header.Get("X-Quick") != "" { // reports nothing: settled at its estimate, 0
-			return nil
-		}
-		res.Body = &meter{ReadCloser: res.Body, usage: redlimit.UsageFrom(res.Request.Context()), reported: &reported}
-		return nil
-	}
-	done := make(chan struct{}, 4)
-	front := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() { done <- struct{}{} }() // before the middleware settles, on a panic too
-		proxy.ServeHTTP(w, r)
-	})
-	const rate = 10_000_000
-	b := redlimit.Budget{Limits: []core.Limit{{Algorithm: core.FixedWindow, Rate: rate, Period: time.Hour, Unit: "tokens"}},
-		Estimate: func(r *http.Request) int {
-			if r.Header.Get("X-Quick") != "" {
-				return 0
-			}
-			return 50
-		}}
-	opts := []redlimit.Option{redlimit.WithName("proxy"), redlimit.WithHeaders(redlimit.HeadersDraft), redlimit.WithBudget(b)}
-	srv := httptest.NewServer(build(t, a, Spec{Limiter: Embedded(t), WorkHandler: front,
-		Work: &Mw{core.Limit{Algorithm: core.FixedWindow, Rate: 1_000_000, Period: time.Hour}, opts}}))
-	t.Cleanup(srv.Close)
-	post := func(ctx context.Context, header ...string) *http.Response {
-		r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/work", nil)
-		for i := 0; i+1 < len(header); i += 2 {
-			r.Header.Set(header[i], header[i+1])
-		}
-		resp, err := http.DefaultClient.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
-	// ended waits until the proxy's handler has ended.
-	ended := func(what string) {
-		t.Helper()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: the proxy's handler did not end within 10 s", what)
-		}
-	}
-	// settled waits until the tokens left are rate-charged, which the
-	// settlement after the handler makes soon; each quick request it
-	// sends reports nothing and reserves nothing.
-	settled := func(what string, charged int64) {
-		t.Helper()
-		want := fmt.Sprintf(`"proxy-1h-tokens";r=%d;t=3600`, rate-charged)
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			resp := post(context.Background(), "X-Quick", "1")
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("%s: a quick request answered %d", what, resp.StatusCode)
-			}
-			ended(what)
-			got := resp.Header.Get("RateLimit")
-			if strings.HasSuffix(got, want) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: RateLimit %q, want it to end %q (charged the %d reported)", what, got, want, charged)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-
-	// Read to its end: charged what the proxy read, not the estimate.
-	resp := post(context.Background(), "X-Events", "20")
-	if _, err := io.ReadAll(resp.Body); err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	ended("a stream read to its end")
-	whole := reported.Load()
-	if whole < int64(20*10*len("data: token 0\n\n")) {
-		t.Fatalf("%d tokens reported for a stream of 20 events", whole)
-	}
-	settled("a stream read to its end", whole)
-
-	// The client hangs up after 3 events of 1000.
-	reported.Store(0)
-	ctx, cancel := context.WithCancel(context.Background())
-	resp = post(ctx, "X-Events", "1000")
-	rd := bufio.NewReader(resp.Body)
-	for i := 0; i < 3; i++ {
-		if _, err := rd.ReadString('\n'); err != nil {
-			t.Fatal(err)
-		}
-		rd.ReadString('\n')
-	}
-	cancel()
-	resp.Body.Close()
-	ended("a client that hung up")
-	left := reported.Load()
-	if left < int64(3*10*len("data: token 0\n\n")) || left >= int64(1000*10*len("data: token 0\n\n")) {
-		t.Fatalf("%d tokens reported; want at least the 3 events read, not all 1000", left)
-	}
-	settled("a client that hung up after 3 events", whole+left)
+	return target
 }

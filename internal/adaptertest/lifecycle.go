@@ -244,7 +244,54 @@ func testSlotFreedClientGone(t *testing.T, a Adapter) {
 // its slot until the handler returns, and so does a hijacked connection.
 func testStreamingAndHijacked(t *testing.T, a Adapter) {
 	hold, release := make(chan struct{}), make(chan struct{})
-	streaming := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(build(t, a, Spec{Limiter: Embedded(t), WorkHandler: holdingHandler(hold, release),
+		Work: &Mw{Limit: core.Limit{Algorithm: core.Concurrency, Rate: 1, Period: time.Hour}}}))
+	t.Cleanup(srv.Close)
+	for _, kind := range []string{"streaming", "hijacked"} {
+		done := make(chan error, 1)
+		go func() {
+			if kind == "hijacked" {
+				done <- upgrade(srv.URL)
+				return
+			}
+			resp, err := post(context.Background(), srv.URL)
+			if err == nil {
+				_, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			done <- err
+		}()
+		<-hold
+		resp := postWork(t, context.Background(), srv.URL)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("%s: a second request while the first is served: %d, want 429", kind, resp.StatusCode)
+		}
+		release <- struct{}{}
+		if err := <-done; err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp := postWork(t, context.Background(), srv.URL, "X-Quick", "1")
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after the hijacking handler was released, the slot is still held: %d", resp.StatusCode)
+		}
+		time.Sleep(10 * time.Millisecond) // the hijacking handler returns after its client reads
+	}
+}
+
+// holdingHandler answers "ok" with X-Quick; else it streams a first line
+// or, asked to Upgrade, hijacks the connection and greets, then says so
+// on hold and waits for release before it returns (a stream after writing
+// its last line).
+func holdingHandler(hold chan<- struct{}, release <-chan struct{}) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Quick") != "" {
 			io.WriteString(w, "ok")
 			return
@@ -268,59 +315,6 @@ func testStreamingAndHijacked(t *testing.T, a Adapter) {
 		<-release
 		io.WriteString(w, "last\n")
 	})
-	srv := httptest.NewServer(build(t, a, Spec{Limiter: Embedded(t), WorkHandler: streaming,
-		Work: &Mw{Limit: core.Limit{Algorithm: core.Concurrency, Rate: 1, Period: time.Hour}}}))
-	t.Cleanup(srv.Close)
-	post := func(header ...string) (*http.Response, error) {
-		r, _ := http.NewRequest(http.MethodPost, srv.URL+"/work", nil)
-		for i := 0; i+1 < len(header); i += 2 {
-			r.Header.Set(header[i], header[i+1])
-		}
-		return http.DefaultClient.Do(r)
-	}
-	for _, kind := range []string{"streaming", "hijacked"} {
-		done := make(chan error, 1)
-		go func() {
-			if kind == "hijacked" {
-				done <- upgrade(srv.URL)
-				return
-			}
-			resp, err := post()
-			if err == nil {
-				_, err = io.ReadAll(resp.Body)
-				resp.Body.Close()
-			}
-			done <- err
-		}()
-		<-hold
-		resp, err := post()
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusTooManyRequests {
-			t.Fatalf("%s: a second request while the first is served: %d, want 429", kind, resp.StatusCode)
-		}
-		release <- struct{}{}
-		if err := <-done; err != nil {
-			t.Fatalf("%s: %v", kind, err)
-		}
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp, err := post("X-Quick", "1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("5 s after the hijacking handler was released, the slot is still held: %d", resp.StatusCode)
-		}
-		time.Sleep(10 * time.Millisecond) // the hijacking handler returns after its client reads
-	}
 }
 
 // upgrade sends an Upgrade request over a raw connection and reads the

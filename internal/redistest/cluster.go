@@ -568,6 +568,37 @@ func (c *Cluster) WaitPromoted(t testing.TB, dead *Server, timeout time.Duration
 
 	// Which nodes may replace dead, and what did it serve? Ask the
 	// survivors before anything moves further.
+	candidates, deadSlots := c.successors(cs, dead, deadID)
+	if len(candidates) == 0 {
+		t.Fatalf("redistest: WaitPromoted: no replica follows %s, so none can replace it", dead.Addr)
+	}
+
+	var promoted *Server
+	var at time.Time
+	problem := "no replica of it reported itself master yet"
+	for {
+		if promoted == nil {
+			promoted, at, deadSlots = claimant(cs, candidates, deadSlots)
+		}
+		if promoted != nil {
+			problem = c.agree(cs, dead, promoted, deadSlots)
+			if problem == "" {
+				return promoted, at
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: WaitPromoted: %s (%s) not replaced within %v; candidates %v: %s",
+				dead.Addr, deadID, timeout, addrs(candidates), problem)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// successors returns the nodes that may replace dead, whose id is deadID:
+// its replicas at start (Replicas) and any node a running survivor sees
+// following it now; and the slots dead served, as the first survivor that
+// knows it says.
+func (c *Cluster) successors(cs *conns, dead *Server, deadID string) ([]*Server, [][2]int) {
 	candidates := c.Replicas(dead)
 	var deadSlots [][2]int
 	for _, s := range c.Nodes {
@@ -587,44 +618,28 @@ func (c *Cluster) WaitPromoted(t testing.TB, dead *Server, timeout time.Duration
 			}
 		}
 	}
-	if len(candidates) == 0 {
-		t.Fatalf("redistest: WaitPromoted: no replica follows %s, so none can replace it", dead.Addr)
-	}
+	return candidates, deadSlots
+}
 
-	var promoted *Server
-	var at time.Time
-	problem := "no replica of it reported itself master yet"
-	for {
-		if promoted == nil {
-			for _, r := range candidates {
-				if !r.live() {
-					continue
-				}
-				view, err := cs.view(r)
-				now := time.Now()
-				if err != nil {
-					continue
-				}
-				me, ok := myself(view)
-				if ok && me.has("master") && len(me.slots) > 0 && me.ownsAll(deadSlots) {
-					promoted, at = r, now
-					deadSlots = me.slots
-					break
-				}
-			}
+// claimant returns the first running candidate that reports itself a
+// master owning every one of slots, when it said so, and the slots it
+// owns; or nil, the zero time and slots if none does yet.
+func claimant(cs *conns, candidates []*Server, slots [][2]int) (*Server, time.Time, [][2]int) {
+	for _, r := range candidates {
+		if !r.live() {
+			continue
 		}
-		if promoted != nil {
-			problem = c.agree(cs, dead, promoted, deadSlots)
-			if problem == "" {
-				return promoted, at
-			}
+		view, err := cs.view(r)
+		now := time.Now()
+		if err != nil {
+			continue
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: WaitPromoted: %s (%s) not replaced within %v; candidates %v: %s",
-				dead.Addr, deadID, timeout, addrs(candidates), problem)
+		me, ok := myself(view)
+		if ok && me.has("master") && len(me.slots) > 0 && me.ownsAll(slots) {
+			return r, now, me.slots
 		}
-		time.Sleep(pollInterval)
 	}
+	return nil, time.Time{}, slots
 }
 
 // agree returns "" if every running, unpaused node other than dead sees
@@ -756,95 +771,132 @@ func (c *Cluster) MigrateSlot(t testing.TB, slot int, to *Server, opts ...Migrat
 	if from == to {
 		return
 	}
-	fromID := c.ids[from]
-	cs := newConns(adminTimeout)
-	defer cs.close()
-	fail := func(format string, args ...any) {
-		t.Helper()
-		t.Fatalf("redistest: migrating slot %d from %s to %s: %s", slot, from.Addr, to.Addr, fmt.Sprintf(format, args...))
+	m := &migration{c: c, t: t, cs: newConns(adminTimeout), cfg: cfg, slot: slot, from: from, to: to, toID: toID}
+	defer m.cs.close()
+	m.checkTarget()
+	m.must(to, "CLUSTER", "SETSLOT", slot, "IMPORTING", c.ids[from])
+	m.must(from, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
+	m.deadline = time.Now().Add(migrateTimeout)
+	m.drain()
+	m.assign()
+	m.awaitSettled()
+}
+
+// migration is one MigrateSlot call under way.
+type migration struct {
+	c        *Cluster
+	t        testing.TB
+	cs       *conns
+	cfg      migrateConfig
+	slot     int
+	from, to *Server
+	toID     string
+	deadline time.Time // bounds the migration's own work: moved on by its pauses and hooks
+	moved    int       // keys moved so far
+}
+
+// fail ends the test, saying what went wrong with the migration.
+func (m *migration) fail(format string, args ...any) {
+	m.t.Helper()
+	m.t.Fatalf("redistest: migrating slot %d from %s to %s: %s", m.slot, m.from.Addr, m.to.Addr, fmt.Sprintf(format, args...))
+}
+
+// must sends the command args to s, failing the migration if it fails.
+func (m *migration) must(s *Server, args ...any) *redis.Cmd {
+	m.t.Helper()
+	cmd := m.cs.do(s, args...)
+	if err := cmd.Err(); err != nil {
+		m.fail("%v on %s: %v", args, s.Addr, err)
 	}
-	must := func(s *Server, args ...any) *redis.Cmd {
-		t.Helper()
-		cmd := cs.do(s, args...)
-		if err := cmd.Err(); err != nil {
-			fail("%v on %s: %v", args, s.Addr, err)
-		}
-		return cmd
-	}
-	view, err := cs.view(to)
+	return cmd
+}
+
+// checkTarget fails the migration unless the target says it is a master.
+func (m *migration) checkTarget() {
+	m.t.Helper()
+	view, err := m.cs.view(m.to)
 	if err != nil {
-		fail("%v", err)
+		m.fail("%v", err)
 	}
 	if me, ok := myself(view); !ok || !me.has("master") {
-		fail("the target is not a master: %s", me.raw)
+		m.fail("the target is not a master: %s", me.raw)
 	}
+}
 
-	must(to, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID)
-	must(from, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
-
-	host, port, _ := net.SplitHostPort(to.Addr)
-	deadline := time.Now().Add(migrateTimeout)
-	moved := 0
-	drain := func() {
-		t.Helper()
-		for {
-			if time.Now().After(deadline) {
-				fail("keys still left on the source after %v (%d moved)", migrateTimeout, moved)
+// drain moves the slot's keys from the source to the target, a batch of
+// them per MIGRATE (with the pause and hook of MigratePause and
+// MigrateOnBatch after each), until the source holds none.
+func (m *migration) drain() {
+	m.t.Helper()
+	host, port, _ := net.SplitHostPort(m.to.Addr)
+	for {
+		if time.Now().After(m.deadline) {
+			m.fail("keys still left on the source after %v (%d moved)", migrateTimeout, m.moved)
+		}
+		keys, err := m.cs.do(m.from, "CLUSTER", "GETKEYSINSLOT", m.slot, m.cfg.batch).StringSlice()
+		if err != nil {
+			m.fail("CLUSTER GETKEYSINSLOT on the source: %v", err)
+		}
+		if len(keys) == 0 {
+			return
+		}
+		args := []any{"MIGRATE", host, port, "", 0, migrateIOTimeout, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		m.must(m.from, args...)
+		m.moved += len(keys)
+		if m.cfg.hook != nil || m.cfg.pause > 0 {
+			began := time.Now()
+			if m.cfg.hook != nil {
+				m.cfg.hook(m.moved)
 			}
-			keys, err := cs.do(from, "CLUSTER", "GETKEYSINSLOT", slot, cfg.batch).StringSlice()
-			if err != nil {
-				fail("CLUSTER GETKEYSINSLOT on the source: %v", err)
-			}
-			if len(keys) == 0 {
-				return
-			}
-			args := []any{"MIGRATE", host, port, "", 0, migrateIOTimeout, "KEYS"}
-			for _, k := range keys {
-				args = append(args, k)
-			}
-			must(from, args...)
-			moved += len(keys)
-			if cfg.hook != nil || cfg.pause > 0 {
-				began := time.Now()
-				if cfg.hook != nil {
-					cfg.hook(moved)
-				}
-				time.Sleep(cfg.pause)
-				deadline = deadline.Add(time.Since(began))
-			}
+			time.Sleep(m.cfg.pause)
+			m.deadline = m.deadline.Add(time.Since(began))
 		}
 	}
-	drain()
+}
 
-	must(to, "CLUSTER", "SETSLOT", slot, "NODE", toID)
+// assign gives the slot to the target: CLUSTER SETSLOT NODE on it, then on
+// the source (moving the keys that appeared meanwhile, and trying again),
+// then on every other running master.
+func (m *migration) assign() {
+	m.t.Helper()
+	m.must(m.to, "CLUSTER", "SETSLOT", m.slot, "NODE", m.toID)
 	for attempt := 0; ; attempt++ {
-		err := cs.do(from, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err()
+		err := m.cs.do(m.from, "CLUSTER", "SETSLOT", m.slot, "NODE", m.toID).Err()
 		if err == nil {
 			break
 		}
 		if !strings.Contains(err.Error(), "still hold keys") || attempt >= 10 {
-			fail("CLUSTER SETSLOT %d NODE on the source: %v", slot, err)
+			m.fail("CLUSTER SETSLOT %d NODE on the source: %v", m.slot, err)
 		}
-		drain()
+		m.drain()
 	}
-	if view, err = cs.view(to); err != nil {
-		fail("%v", err)
+	view, err := m.cs.view(m.to)
+	if err != nil {
+		m.fail("%v", err)
 	}
 	for _, n := range view {
-		s := c.byAddr(n.addr)
-		if s == nil || s == to || s == from || !n.has("master") || !s.live() {
+		s := m.c.byAddr(n.addr)
+		if s == nil || s == m.to || s == m.from || !n.has("master") || !s.live() {
 			continue
 		}
-		must(s, "CLUSTER", "SETSLOT", slot, "NODE", toID)
+		m.must(s, "CLUSTER", "SETSLOT", m.slot, "NODE", m.toID)
 	}
+}
 
-	problem := ""
+// awaitSettled waits until every running node sees the target as the
+// slot's only owner, none marking it migrating or importing.
+func (m *migration) awaitSettled() {
+	m.t.Helper()
 	for {
-		if problem = c.slotSettled(cs, slot, to); problem == "" {
+		problem := m.c.slotSettled(m.cs, m.slot, m.to)
+		if problem == "" {
 			return
 		}
-		if time.Now().After(deadline) {
-			fail("the nodes do not agree on the new owner: %s", problem)
+		if time.Now().After(m.deadline) {
+			m.fail("the nodes do not agree on the new owner: %s", problem)
 		}
 		time.Sleep(pollInterval)
 	}
