@@ -139,6 +139,7 @@ func (l *Limiter) Decide(ctx context.Context, q *Request) (Decision, error) {
 func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []Limit, results []Result, reserve bool) (Decision, error) {
 	now := l.now()
 	var cacheID string
+	var dq denyQuery
 	var seq uint64
 	refresh := false // this decision refreshes a cached denial
 	// what the deny cache compares: each limit's cost, 1 for one that
@@ -151,8 +152,9 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 	}
 	if l.deny != nil && !d.never {
 		cacheID = d.cacheID()
+		dq = denyQuery{keys: d.keys[:d.k], limits: limits, costs: cached[:d.k]}
 		var ok bool
-		if ok, refresh = l.deny.get(cacheID, d.keys[:d.k], limits, cached[:d.k], now, results); ok {
+		if ok, refresh = l.deny.get(cacheID, dq, now, results); ok {
 			res, i := Binding(results)
 			res.Cached = true
 			return Decision{Result: res, Binding: i}, nil
@@ -172,7 +174,7 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 	res, i := Binding(results)
 	switch {
 	case !res.Allowed && l.deny != nil && !d.never:
-		l.deny.add(cacheID, d.keys[:d.k], limits, cached[:d.k], now, seq, results)
+		l.deny.add(cacheID, dq, now, seq, results)
 	case refresh: // allowed after all: another process reset or raised a limit
 		l.deny.forget(cacheID)
 	}

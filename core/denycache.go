@@ -45,6 +45,15 @@ type denial struct {
 	refreshing atomic.Bool
 }
 
+// denyQuery is a decision as the deny cache compares it: per limit, the
+// state's key, the limit and the cost (1 for a limit that takes up to its
+// cost).
+type denyQuery struct {
+	keys   []string
+	limits []Limit
+	costs  []int
+}
+
 type deniedTerm struct {
 	limit                    Limit
 	cost                     int
@@ -76,23 +85,23 @@ func newDenyCache(keys int, maxAge time.Duration) *denyCache {
 // sent returns the sequence number a decision sent now records.
 func (c *denyCache) sent() uint64 { return c.seq.Load() }
 
-// get answers the decision of costs[i] events under limits[i], whose states are
-// keys, at now into results (one per limit) if Redis denied it, at costs no
-// higher, moments ago and the denial still holds. RetryAfter counts down to the denied costs' instants, so for
-// higher costs it is a lower bound.
+// get answers the decision q, whose entry is id (decision.cacheID), at
+// now into results (one per limit) if Redis denied it, at costs no
+// higher, moments ago and the denial still holds. RetryAfter counts down
+// to the denied costs' instants, so for higher costs it is a lower bound.
 //
 // Once an entry is older than maxAge, one caller is sent to Redis to
 // refresh it (refresh is true) while the others keep the answer, for at
 // most another maxAge: a flood on a denied key sends Redis one decision
 // per maxAge, not a burst of every waiting caller. From the entry's
 // retryAt on, every caller asks.
-func (c *denyCache) get(id string, keys []string, limits []Limit, costs []int, now time.Time, results []Result) (ok, refresh bool) {
+func (c *denyCache) get(id string, q denyQuery, now time.Time, results []Result) (ok, refresh bool) {
 	e, found := c.entries.Peek(id)
-	if !found || !now.Before(e.retryAt) || len(e.terms) != len(limits) || !c.fresh(e) {
+	if !found || !now.Before(e.retryAt) || len(e.terms) != len(q.limits) || !c.fresh(e) {
 		return false, false
 	}
 	for i, t := range e.terms {
-		if keys[i] != e.keys[i] || limits[i] != t.limit || costs[i] < t.cost {
+		if q.keys[i] != e.keys[i] || q.limits[i] != t.limit || q.costs[i] < t.cost {
 			return false, false
 		}
 	}
@@ -130,13 +139,11 @@ func (c *denyCache) fresh(e *denial) bool {
 	return true
 }
 
-// add remembers that Redis denied the decision of costs[i] events under
-// limits[i],
-// whose states are keys, sent at `sent` (the Limiter's clock, read before
-// the request left, so no later than Redis's) after reset number seq,
-// with results.
-func (c *denyCache) add(id string, keys []string, limits []Limit, costs []int, sent time.Time, seq uint64, results []Result) {
-	e := &denial{seq: seq, keys: append([]string(nil), keys...), terms: make([]deniedTerm, len(limits)),
+// add remembers, as the entry id, that Redis denied the decision q, sent
+// at `sent` (the Limiter's clock, read before the request left, so no
+// later than Redis's) after reset number seq, with results.
+func (c *denyCache) add(id string, q denyQuery, sent time.Time, seq uint64, results []Result) {
+	e := &denial{seq: seq, keys: append([]string(nil), q.keys...), terms: make([]deniedTerm, len(q.limits)),
 		retryAt: sent.Add(InfDuration / 2)}
 	for i, r := range results {
 		if !r.Allowed {
@@ -145,7 +152,7 @@ func (c *denyCache) add(id string, keys []string, limits []Limit, costs []int, s
 			}
 			e.retryAt = minTime(e.retryAt, sent.Add(r.RetryAfter))
 		}
-		e.terms[i] = deniedTerm{limit: limits[i], cost: costs[i], allowed: r.Allowed,
+		e.terms[i] = deniedTerm{limit: q.limits[i], cost: q.costs[i], allowed: r.Allowed,
 			remaining: r.Remaining, retryAt: sent.Add(r.RetryAfter), resetAt: sent.Add(r.ResetAfter),
 			nextAt: sent.Add(r.NextAfter)}
 	}
