@@ -1,8 +1,6 @@
 package redlimit
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"fmt"
 	"math/bits"
 	"strconv"
@@ -14,9 +12,10 @@ import (
 	"github.com/redlimit/redlimit/core"
 )
 
-// The rate-limit fields of a verdict: their values, worked out here once,
-// and written under HTTP's header names (http.Header) or gRPC's metadata
-// keys (metadata.MD), which are both a map of name to values.
+// The rate-limit fields of a verdict: their values, worked out here once
+// per policy, and the names they are written under (answerer.headers,
+// answer.go, writes them): HTTP's header names (http.Header) or gRPC's
+// metadata keys (metadata.MD), which are both a map of name to values.
 
 // HeaderProfile chooses which rate-limit fields answers carry. Retry-After
 // is sent on 429 and 503 answers whatever the profile.
@@ -192,91 +191,4 @@ func sfList(name string, item httpsfv.Item) string {
 		panic(fmt.Sprintf("redlimit: RateLimit-Policy of %q: %v", name, err))
 	}
 	return s
-}
-
-// headers writes the rate-limit fields of d, decided under quotas with
-// each one's result in each, to h under the names n: an http.Header with
-// httpFields, gRPC metadata with metadataFields. The X-RateLimit fields describe the binding
-// limit; the draft's list every quota, in one field line each, with t (the
-// seconds until more quota is available) left out where it is 0 on an
-// allowed answer (nothing more to come) or, on a denial, would be later
-// than Retry-After. A policy that answers after another on the same
-// request (nested middleware) adds its members to the draft's lists, and
-// its X-RateLimit fields replace the others' only if it has fewer
-// remaining.
-func (a *answerer) headers(h map[string][]string, n *fieldNames, d *Decision, quotas []quota, each []core.Result) {
-	denied := !d.Result.Allowed
-	if denied {
-		h[n.retryAfter] = []string{strconv.FormatInt(retryAfterSeconds(d.RetryAfter), 10)}
-	}
-	if a.profile == HeadersNone {
-		return
-	}
-	if (a.profile == HeadersXRateLimit || a.profile == HeadersBoth) && (denied || !moreRestrictive(h, n, d.Result.Remaining)) {
-		b := d.binding
-		reset := Seconds(each[b].ResetAfter)
-		if a.resetUnix {
-			reset = time.Now().Add(each[b].ResetAfter + time.Second - 1).Unix()
-		}
-		vals := []string{strconv.Itoa(max(0, d.Result.Remaining)), strconv.FormatInt(reset, 10)}
-		h[n.limit] = quotas[b].capacity
-		h[n.remaining] = vals[0:1:1]
-		h[n.reset] = vals[1:2:2]
-	}
-	if a.profile == HeadersDraft || a.profile == HeadersBoth {
-		pk := ""
-		if a.pkSecret != nil {
-			pk = a.partitionKey(d.Key)
-		}
-		var rl, pol strings.Builder
-		for i, q := range quotas {
-			if i > 0 {
-				rl.WriteString(", ")
-				pol.WriteString(", ")
-			}
-			r := each[i]
-			rl.WriteString(q.member)
-			rl.WriteString(";r=")
-			rl.WriteString(strconv.Itoa(max(0, r.Remaining)))
-			if t := Seconds(r.NextAfter); t > 0 && (!denied || t <= retryAfterSeconds(d.RetryAfter)) {
-				rl.WriteString(";t=")
-				rl.WriteString(strconv.FormatInt(t, 10))
-			}
-			rl.WriteString(pk)
-			pol.WriteString(q.policy)
-		}
-		addToList(h, n.rateLimit, rl.String())
-		addToList(h, n.policy, pol.String())
-	}
-}
-
-// addToList sets the list field name to members, one field line, after
-// the members a policy that answered first put there.
-func addToList(h map[string][]string, name, members string) {
-	if prev := h[name]; len(prev) > 0 {
-		members = strings.Join(prev, ", ") + ", " + members
-	}
-	h[name] = []string{members}
-}
-
-// moreRestrictive reports whether h already carries an X-RateLimit-Remaining
-// no greater than remaining, from a policy that answered first.
-func moreRestrictive(h map[string][]string, n *fieldNames, remaining int) bool {
-	prev, ok := h[n.remaining]
-	if !ok || len(prev) != 1 {
-		return false
-	}
-	v, err := strconv.Atoi(prev[0])
-	return err == nil && v <= remaining
-}
-
-// partitionKey is the draft's pk parameter for key: ";pk=:<base64>:".
-func (a *answerer) partitionKey(key string) string {
-	mac := hmac.New(sha256.New, a.pkSecret)
-	mac.Write([]byte(key))
-	pk, err := httpsfv.Marshal(httpsfv.NewItem(mac.Sum(nil)[:12]))
-	if err != nil { // not reached: any bytes are a Byte Sequence
-		return ""
-	}
-	return ";pk=" + pk
 }

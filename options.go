@@ -199,13 +199,7 @@ func WithKey(f keyfunc.Func) Option {
 	return func(c *options) {
 		c.Key, c.httpOnly.key = nil, ""
 		if f != nil {
-			c.Key = func(q Request) (string, error) {
-				if q.HTTP == nil {
-					return "", errNotHTTP
-				}
-				return f(q.HTTP)
-			}
-			c.httpOnly.key = "redlimit.WithKey"
+			c.Key, c.httpOnly.key = httpKey(f), "redlimit.WithKey"
 		}
 	}
 }
