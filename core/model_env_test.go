@@ -24,6 +24,7 @@ type menv struct {
 	prefix    string
 	fake      *fakeClock // nil: the Redis clock, in real time
 	giveBacks *atomic.Int64
+	faults    *faultHook // on Limiter modelFaulty's client; nil on the Redis clock
 	close     func()
 }
 
@@ -117,11 +118,17 @@ func newMenv(t testing.TB, newClient func() *redis.Client, start time.Time, pers
 		opts = append(opts, core.WithClock(env.fake.Now))
 	}
 	for i := 0; i < modelLimiters; i++ {
-		o := opts
-		if i == 0 { // one Limiter fetches Prefetch at a time, the others adapt
-			o = append(o[:len(o):len(o)], core.WithFixedPrefetch())
+		o := opts[:len(opts):len(opts)]
+		c := client()
+		switch {
+		case i == 0: // one Limiter fetches Prefetch at a time, the others adapt
+			o = append(o, core.WithFixedPrefetch())
+		case i == modelFaulty && env.fake != nil: // faults on its client (model_faults_test.go)
+			env.faults = newFaultHook()
+			c.AddHook(env.faults)
+			o = append(o, core.WithBatchScript(false), core.WithBreaker(0))
 		}
-		env.lims = append(env.lims, core.New(client(), o...))
+		env.lims = append(env.lims, core.New(c, o...))
 	}
 	env.admin = newClient()
 	env.close = func() {

@@ -1,9 +1,11 @@
 package core_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,11 +32,14 @@ const (
 // charge; a reservation's is open until settled.
 type mentry struct {
 	at, n  int64
+	eff    int64 // meter, stepped: the instant its events count at in a span (spanAdmit)
+	regime int   // meter, stepped: the regime it was counted in (spanAdmit)
 	forced bool
 	open   bool
 	win    int64 // fixed window: its window's start
 	seq    int64 // a charge: the operation that made it
 	end    int64 // concurrency: when its slots are freed
+	freed  bool  // concurrency: settled, released or lost in flight: it holds nothing, whatever the clock says
 }
 
 type meterState struct{ t, v int64 } // µs; backlog (meter) or tokens (stepped)
@@ -63,15 +68,37 @@ type model struct {
 	// operation (seq) of the fetch an admission answered in process came
 	// from: charges made after it do not count for that admission.
 	// foldBefore keeps the entries a live lease may still need apart from
-	// the folded state.
+	// the folded state. leaseEff and leaseWin are that fetch's instant in
+	// a span (mentry.eff) and, for a fixed window, its window.
 	lease, foldBefore, seq int64
+	leaseEff, leaseWin     int64
+	leaseRegime            int
 	buckets                map[int64]int64 // sliding window: net events per sub-bucket
 	size, k                int64           // sliding window
+
+	// The span bound (spanAdmit), for a meter or a stepped bucket once the
+	// exact model no longer applies: after a change of the limit, or once
+	// the clock has gone back.
+	span      bool      // checked by the span bound, not the exact model
+	clockBack bool      // the clock has gone back in this run
+	spanList  []*mentry // the admissions of the regime, their n net of refunds
+	spanMax   int64     // the latest eff in spanList
+	regime    int       // counts the regimes begun
+	spanNew   []int64   // stepped: the eff of each new series of steps begun in the regime
+	gone      bool      // the key was seen absent since the last admission (clockBack)
+	goneAt    int64     // the latest clock it was seen absent at
+	keyT      int64     // token, leaky, stepped: field t, as last seen (hasT)
+	hasT      bool
 }
 
 func newModel(l core.Limit, prefix string, start int64) *model {
-	m := &model{l: l, key: stateKey(prefix, "k", l), per: l.Period.Microseconds(), rate: int64(l.Rate),
-		capacity: int64(l.Capacity()), lastWin: noWin, foldBefore: math.MaxInt64}
+	return newModelAt(l, stateKey(prefix, "k", l), start)
+}
+
+// newModelAt is newModel of the state key key.
+func newModelAt(l core.Limit, key string, start int64) *model {
+	m := &model{l: l, key: key, per: l.Period.Microseconds(), rate: int64(l.Rate),
+		capacity: int64(l.Capacity()), lastWin: noWin, foldBefore: math.MaxInt64, spanMax: math.MinInt64, goneAt: math.MinInt64}
 	switch {
 	case l.Algorithm == core.TokenBucket && l.Stepped:
 		m.kind, m.base = kindStepped, meterState{t: start, v: m.capacity}
@@ -93,6 +120,46 @@ func newModel(l core.Limit, prefix string, start int64) *model {
 		panic("no model for " + l.String())
 	}
 	return m
+}
+
+// bucket reports whether the model's state is a meter or a stepped bucket,
+// whose meaning depends on the rate and on the clock (checked by the span
+// bound once those move).
+func (m *model) bucket() bool { return m.kind == kindMeter || m.kind == kindStepped }
+
+// keepsT reports whether the state keeps field t: the time of its last
+// update (token and leaky buckets) or of its last step (stepped).
+func (m *model) keepsT() bool {
+	return m.kind == kindStepped || m.kind == kindMeter && (m.l.Algorithm == core.TokenBucket || m.l.Algorithm == core.LeakyBucket)
+}
+
+// change is a change of the limit to l, of the same algorithm, period and
+// unit (its state kept): a meter's or stepped bucket's admissions are
+// checked from now on by the span bound of l, over those admitted from now
+// on; the others' by their exact model, at l's rate.
+func (m *model) change(l core.Limit) {
+	m.l, m.rate, m.capacity = l, int64(l.Rate), int64(l.Capacity())
+	if m.bucket() {
+		m.span = true
+		m.newRegime()
+	}
+}
+
+// backward records that the clock went back from at: a meter's or stepped
+// bucket's admissions are checked by the span bound from now on (with
+// those logged before), and the state is looked at now (probe).
+func (m *model) backward(ctx context.Context, admin redis.UniversalClient, at int64) error {
+	m.clockBack = true
+	if !m.bucket() {
+		return nil
+	}
+	m.span = true
+	return m.probe(ctx, admin, at)
+}
+
+func (m *model) newRegime() {
+	m.regime++
+	m.spanList, m.spanNew, m.spanMax, m.gone, m.goneAt = nil, nil, math.MinInt64, false, math.MinInt64
 }
 
 func floorDiv(a, b int64) int64 {
@@ -165,10 +232,12 @@ func (m *model) state(at int64) meterState {
 const noWin = math.MinInt64
 
 // observe reads what the model needs of the real state after an
-// operation on it: a window's start, a stepped bucket's anchor.
-func (m *model) observe(ctx context.Context, admin redis.UniversalClient) error {
-	switch m.kind {
-	case kindWindow:
+// operation on it at now: a window's start, a stepped bucket's anchor,
+// and once the clock has gone back, whether a meter's key exists and its
+// field t (probe).
+func (m *model) observe(ctx context.Context, admin redis.UniversalClient, now int64) error {
+	switch {
+	case m.kind == kindWindow:
 		v, err := admin.HGet(ctx, m.key, "w").Int64()
 		if err == redis.Nil {
 			return nil
@@ -177,19 +246,63 @@ func (m *model) observe(ctx context.Context, admin redis.UniversalClient) error 
 			return err
 		}
 		m.lastWin = v
-	case kindStepped:
-		v, err := admin.HGet(ctx, m.key, "t").Int64()
-		if err == redis.Nil {
-			return nil
-		}
+	case m.kind == kindStepped || m.clockBack && m.bucket():
+		return m.probe(ctx, admin, now)
+	}
+	return nil
+}
+
+// probe looks at a meter's or stepped bucket's key at now: whether it
+// exists (a key seen absent, then made again behind the clock it was
+// seen absent at, starts a new regime: spanAdmit), its field t, and a
+// stepped bucket's new series of steps.
+func (m *model) probe(ctx context.Context, admin redis.UniversalClient, now int64) error {
+	if !m.keepsT() { // GCRA: a string
+		n, err := admin.Exists(ctx, m.key).Result()
 		if err != nil {
 			return err
 		}
-		if len(m.epochs) == 0 || (v-m.epochs[len(m.epochs)-1].anchor)%m.per != 0 {
-			m.epochs = append(m.epochs, epoch{anchor: v, from: v})
+		if n == 0 {
+			m.gone, m.goneAt = true, max(m.goneAt, now)
+		}
+		return nil
+	}
+	v, err := admin.HGet(ctx, m.key, "t").Int64()
+	if err == redis.Nil {
+		if m.clockBack {
+			m.gone, m.goneAt = true, max(m.goneAt, now)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if m.clockBack && m.hasT && v < m.keyT { // t only grows while the key lives: it was made anew
+		m.gone, m.goneAt = true, max(m.goneAt, m.keyT)
+	}
+	m.keyT, m.hasT = v, true
+	if m.kind == kindStepped && (len(m.epochs) == 0 || (v-m.epochs[len(m.epochs)-1].anchor)%m.per != 0) {
+		m.epochs = append(m.epochs, epoch{anchor: v, from: v})
+		if m.span && len(m.spanList) > 0 {
+			m.spanNew = append(m.spanNew, max(now, v))
 		}
 	}
 	return nil
+}
+
+// effOf returns the instant an admission at before (the clock) counts at
+// in a span: for a token, leaky or stepped bucket whose own clock (field
+// t, just observed) is ahead of the clock, which went back, that one (its
+// state is as it was then: it refills nothing while the clock is behind);
+// for an admission answered from a lease, its fetch's.
+func (m *model) effOf(before int64) int64 {
+	switch {
+	case m.lease > 0:
+		return m.leaseEff
+	case m.clockBack && m.keepsT() && m.hasT:
+		return max(before, m.keyT)
+	}
+	return before
 }
 
 // admit checks that c events admitted between before and after (µs; the
@@ -199,28 +312,37 @@ func (m *model) observe(ctx context.Context, admin redis.UniversalClient) error 
 func (m *model) admit(before, after, c int64, open bool) (*mentry, string) {
 	e := &mentry{at: before, n: c, open: open, end: before + m.per}
 	if c == 0 { // a limit charged nothing (ReserveEach): nothing to check or count
-		e.end = before
+		e.end, e.freed = before, true
 		return e, ""
 	}
 	why := ""
 	switch m.kind {
-	case kindMeter:
+	case kindMeter, kindStepped:
+		e.eff, e.regime = m.effOf(before), m.regime
+		if m.span {
+			return e, m.spanAdmit(e)
+		}
+		m.spanList = append(m.spanList, e) // for the span bound, should the clock go back
+		m.spanMax = max(m.spanMax, e.eff)
+		m.trimSpan()
 		s := m.state(after)
-		if s.v+c*m.per > m.capacity*m.per {
+		switch {
+		case m.kind == kindMeter && s.v+c*m.per > m.capacity*m.per:
 			why = fmt.Sprintf("%v: %d events admitted at %s, but the bucket holds %s of %d events then (a backlog of %d µs·rate)",
 				m.l, c, fmtAt(after), fmtEvents(s.v, m.per), m.capacity, s.v)
-		}
-		m.entries = append(m.entries, e)
-	case kindStepped:
-		s := m.state(after)
-		if s.v < c {
+		case m.kind == kindStepped && s.v < c:
 			why = fmt.Sprintf("%v: %d events admitted at %s, but the bucket holds %d tokens then (steps at %s)",
 				m.l, c, fmtAt(after), s.v, m.fmtEpochs())
 		}
 		m.entries = append(m.entries, e)
 	case kindWindow:
 		w := m.lastWin
-		if w == noWin || after < w || before >= w+m.per {
+		if m.lease > 0 && m.leaseWin != noWin { // counted in its fetch's window
+			w = m.leaseWin
+		}
+		// A clock that went back decides in the window the state holds,
+		// which may start after it.
+		if w == noWin || after < w && !m.clockBack || before >= w+m.per {
 			why = fmt.Sprintf("%v: %d events admitted at %s, outside the window the state holds (%s)", m.l, c, fmtAt(after), fmtAt(w))
 			break
 		}
@@ -247,20 +369,16 @@ func (m *model) admit(before, after, c int64, open bool) (*mentry, string) {
 			why = fmt.Sprintf("%v: %d events admitted at %s, but the window's weighted count is %s of %d (sub-buckets %s)",
 				m.l, c, fmtAt(after), fmtEvents(weighted, m.size), m.rate, m.fmtBuckets(cur))
 		}
-		for b := range m.buckets {
-			if b < cur-2*m.k {
+		for b := range m.buckets { // as the script drops them when it stores
+			if b < cur-m.k {
 				delete(m.buckets, b)
 			}
 		}
 		m.buckets[floorDiv(before, m.size)] += c
 	case kindSlidingLog:
-		i := 0
-		for i < len(m.entries) && m.entries[i].at <= after-m.per {
-			i++
-		}
-		m.entries = m.entries[i:]
+		m.trimLog(after)
 		var n int64
-		for _, x := range m.entries {
+		for _, x := range m.entries { // those ahead of a clock that went back count too, as in the script
 			n += x.n
 		}
 		if n+c > m.rate {
@@ -272,7 +390,7 @@ func (m *model) admit(before, after, c int64, open bool) (*mentry, string) {
 		kept := m.entries[:0]
 		var held int64
 		for _, x := range m.entries {
-			if x.end > after {
+			if x.end > after && !x.freed { // the script drops lease ends at or before now when it stores
 				kept = append(kept, x)
 				held += x.n
 			}
@@ -286,17 +404,168 @@ func (m *model) admit(before, after, c int64, open bool) (*mentry, string) {
 	return e, why
 }
 
+// trimLog drops the sliding log's entries at or before at-Period, as the
+// script does whenever it logs: all of them, those logged after later
+// ones by a clock that went back included.
+func (m *model) trimLog(at int64) {
+	kept := m.entries[:0]
+	for _, x := range m.entries {
+		if x.at > at-m.per {
+			kept = append(kept, x)
+		}
+	}
+	clear(m.entries[len(kept):])
+	m.entries = kept
+}
+
+// The span bound. A meter (GCRA, the token and leaky buckets, shaping)
+// holds everyone's events in one queue that drains Rate per Period: as a
+// theoretical arrival time (TAT) that each admission moves on by its
+// events' time and that nothing but a refund moves back. An admission at
+// instant τ fits only if TAT − τ, with its events, is at most the
+// capacity's time. So for the admissions whose instants lie in [s, t]:
+// the first one leaves the TAT at s or later plus its events' time, each
+// later one adds its events' time, and the last one fits at t or earlier:
+//
+//	summed events ≤ capacity + Rate·(t − s)/Period
+//
+// whatever order they came in, whatever the clock did in between, and
+// whatever the state held before the first one. GCRA counts in exact
+// units (gcd(Period, Rate)), with no rounding of its interval, so that is
+// its exact bound; the check allows capacity + ceil(Rate·(t−s)/Period),
+// the rounding up covering, for the rates of these runs (below one event a
+// µs), a TAT read across a change of rate, whose fraction of a µs in the
+// old rate's units is read in the new one's: less than one µs, much less
+// than an event. Refunded events are left out (as if never admitted, the
+// most lenient reading of "never more than without them"); a charge's
+// debt, only stricter, is left out too.
+//
+// The instant of an admission (mentry.eff) is the clock it was decided at,
+// except: a token or leaky bucket that the clock went back from keeps its
+// own clock, field t (it refills nothing until the clock is back), and its
+// TAT runs on that one, so its admissions count at max(clock, t); the
+// events of a lease count at its fetch, which counted them.
+//
+// A stepped bucket adds Rate tokens at each step of its series (its
+// anchor plus whole Periods; its field t is the last step) and holds at
+// most its capacity, so: summed tokens ≤ capacity + Rate·(the steps in
+// (s, t]). Its admissions count at max(clock, t) too; a step in (s, t] of
+// the series is one of at most ceil((t−s)/Period), and a new series (the
+// key emptied and made again, with another anchor) may add one more step
+// for each time it begins in the span.
+//
+// The bound holds from a state the key keeps: a key deleted (a meter
+// that drained, a bucket full again) and made anew behind the clock it
+// was deleted at (the clock went back) starts afresh, its TAT behind the
+// old one; so does a change of the limit (change), whose span counts the
+// admissions from the change on. Such a fresh start begins a new regime,
+// whose admissions alone are summed; events a lease took in an earlier
+// regime (its fetch counted them in the key since deleted) are left out.
+func (m *model) spanAdmit(e *mentry) string {
+	switch {
+	case m.lease > 0 && m.leaseRegime != m.regime:
+		return "" // counted in a regime that has ended (its key made anew since): left out
+	case m.gone && m.lease == 0: // a decision of Redis's, on the key made anew
+		if e.eff < max(m.goneAt, m.spanMax) {
+			m.newRegime()
+			e.regime = m.regime
+		}
+		m.gone, m.goneAt = false, math.MinInt64
+	}
+	why := m.spanCheck(e)
+	m.spanList = append(m.spanList, e)
+	m.spanMax = max(m.spanMax, e.eff)
+	m.trimSpan()
+	return why
+}
+
+// spanBound returns the most events that may be admitted at instants in
+// [s, t] of the regime.
+func (m *model) spanBound(s, t int64) int64 {
+	if m.kind == kindStepped {
+		steps := ceilDiv(t-s, m.per)
+		for _, x := range m.spanNew {
+			if s < x && x <= t {
+				steps++
+			}
+		}
+		return m.capacity + m.rate*steps
+	}
+	return m.capacity + ceilDiv(m.rate*(t-s), m.per)
+}
+
+func ceilDiv(a, b int64) int64 { return -floorDiv(-a, b) }
+
+// spanCheck checks every span [s, t] of the regime's instants that holds
+// e's, with e's events, against spanBound.
+func (m *model) spanCheck(e *mentry) string {
+	type point struct{ at, n int64 }
+	ps := make([]point, 0, len(m.spanList)+1)
+	for _, x := range m.spanList {
+		if x.n > 0 {
+			ps = append(ps, point{x.eff, x.n})
+		}
+	}
+	ps = append(ps, point{e.eff, e.n})
+	slices.SortFunc(ps, func(a, b point) int { return cmp.Compare(a.at, b.at) })
+	sum := make([]int64, len(ps)+1)
+	for i, p := range ps {
+		sum[i+1] = sum[i] + p.n
+	}
+	for i := 0; i < len(ps) && ps[i].at <= e.eff; i++ {
+		if i > 0 && ps[i-1].at == ps[i].at {
+			continue // the first of equal instants starts the span
+		}
+		for j := len(ps) - 1; j >= i && ps[j].at >= e.eff; j-- {
+			if j+1 < len(ps) && ps[j+1].at == ps[j].at {
+				continue // the last of equal instants ends it
+			}
+			if got, most := sum[j+1]-sum[i], m.spanBound(ps[i].at, ps[j].at); got > most {
+				return fmt.Sprintf("%v: %d events admitted counting at %s, and the admissions counting from %s to %s (since %s), net of refunds, are %d; at most %d fit in that span (the capacity %d and %d refilled)",
+					m.l, e.n, fmtAt(e.eff), fmtAt(ps[i].at), fmtAt(ps[j].at), m.regimeWhy(), got, most, m.capacity, most-m.capacity)
+			}
+		}
+	}
+	return ""
+}
+
+func (m *model) regimeWhy() string {
+	if m.clockBack {
+		return "the regime began: the run's start, the limit's last change or the key made anew behind the clock"
+	}
+	return "the limit's last change"
+}
+
+// trimSpan keeps the regime's admissions bounded: those that have counted
+// for long before the latest no longer take part in a span that could
+// fail (a loss of strictness only), and at most 300.
+func (m *model) trimSpan() {
+	horizon := 3*m.per*ceilDiv(m.capacity, m.rate) + 2*m.per
+	kept := m.spanList[:0]
+	for _, x := range m.spanList {
+		if x.n > 0 && x.eff >= m.spanMax-horizon {
+			kept = append(kept, x)
+		}
+	}
+	clear(m.spanList[len(kept):])
+	m.spanList = kept
+	if len(m.spanList) > 300 {
+		m.spanList = m.spanList[len(m.spanList)-300:]
+	}
+}
+
 // leaseHorizon bounds how long after its fetch a lease of l may answer:
 // the lease plus the time of a whole burst, with room to spare.
 func leaseHorizon(l core.Limit) int64 {
 	return 2*(20_000+int64(l.Capacity())*l.Period.Microseconds()/int64(l.Rate)) + l.Period.Microseconds()
 }
 
-// settle applies a settlement at `at` of entry e (reserved n) at cost.
-func (m *model) settle(e *mentry, n, cost, at int64) {
+// settle applies a settlement at `at` of entry e (reserved n) at cost,
+// under the limit l it was reserved with.
+func (m *model) settle(e *mentry, n, cost, at int64, l core.Limit) {
 	e.open = false
 	if m.kind == kindConcurrency {
-		e.end = min(e.end, at)
+		e.end, e.freed = min(e.end, at), true
 		return
 	}
 	if cost < n {
@@ -327,8 +596,13 @@ func (m *model) settle(e *mentry, n, cost, at int64) {
 		}
 	case kindSlidingWindow:
 		m.buckets[floorDiv(at, m.size)] += extra
+	case kindSlidingLog: // logged at now, at most the burst (more would change nothing), as the script trims
+		m.trimLog(at)
+		m.entries = append(m.entries, &mentry{at: at, n: min(extra, int64(l.Capacity())), forced: true, seq: m.seq})
 	default:
-		m.entries = append(m.entries, &mentry{at: at, n: extra, forced: true, seq: m.seq})
+		if !m.span { // a debt is left out of the span bound: only stricter
+			m.entries = append(m.entries, &mentry{at: at, n: extra, forced: true, seq: m.seq})
+		}
 	}
 }
 

@@ -25,9 +25,33 @@ import (
 // limits, Reserve with a Concurrency limit, Settle of a random outstanding
 // reservation (not FIFO) at a cost below n (a refund, often 0), equal to
 // it or above it (a debt), Release, and steps of the clock (0, 1 µs,
-// fractions of the emission interval, whole periods). After every
-// admission, the log of admissions is replayed through an exact model of
-// each limit without prefetch, and the new admission must fit:
+// fractions of the emission interval, whole periods). And the ways state
+// changes besides (issue 32):
+//
+//   - opChange: the primary limit's Rate and Burst change (its algorithm,
+//     period and unit kept, and so its state, as RuleSet.Update and a
+//     named policy keep it) for every Limiter; a reservation keeps the
+//     limit it was made with when it is settled;
+//   - opStep: the clock steps back, 1 µs to 3 s, or far forward;
+//   - faults on the client side (model_faults_test.go): one Limiter's
+//     decisions and settlements reach Redis and run there, and then their
+//     reply is lost or their caller's context is cancelled; the model logs
+//     what really ran (a lost reserving decision's admissions stand and
+//     are never settled);
+//   - opHTTP: reservations made and settled by the HTTP flow
+//     (model_http_test.go), whose handler reports its usage and may panic;
+//   - opCheck, and the end of every run: every reservation released, no
+//     Concurrency slot may stay held (the Limiter frees those of lost
+//     calls in the background), within 3 s of real time, the clock
+//     standing still.
+//
+// Clusters of operations make issue 32's cases likely: a reservation made
+// under one rate and refunded under another; one that outlives its key's
+// state, the clock stepping back before its refund; lost reserving
+// decisions and settlements followed by a check of the slots.
+//
+// After every admission, the log of admissions is replayed through a
+// model of each limit without prefetch, and the new admission must fit:
 //
 //   - a reservation counts its events at the instant it was made, at its
 //     current final cost: a refund lowers it retroactively (the refunded
@@ -45,9 +69,9 @@ import (
 //   - gcra, token_bucket, leaky_bucket (policing and shape): one
 //     continuous bucket of capacity burst·Period that drains Rate a µs, in
 //     exact integers (an event is Period units); c events fit at t if the
-//     backlog at t plus c·Period is at most burst·Period. GCRA's interval
-//     is Period/Rate rounded up, so it admits no more; shape's MaxDelay
-//     only makes it stricter.
+//     backlog at t plus c·Period is at most burst·Period. GCRA counts in
+//     the same exact units (gcd(Period, Rate)), its interval unrounded;
+//     shape's MaxDelay only makes it stricter.
 //   - token_bucket stepped: Rate tokens at once at every step boundary,
 //     at most burst held; the boundaries are the real ones: the anchor
 //     (field t of the state hash, read after every operation on it) plus
@@ -64,6 +88,24 @@ import (
 //   - sliding_log: no span (t-Period, t] holds more than Rate.
 //   - concurrency: the slots held at t (taken, not settled or released,
 //     lease not ended) are at most Rate.
+//
+// Those of a meter and of the stepped bucket are exact only for one rate
+// and a clock that never goes back. After a change of the limit, and once
+// the clock has gone back, they are checked instead by the span bound
+// (model.spanAdmit says why it holds): no span [s, t] of the instants the
+// admissions count at holds more, net of refunds, than capacity +
+// ceil(Rate·(t−s)/Period) (stepped: capacity + Rate per step in (s, t]),
+// over the admissions since the change, or since the key was made anew
+// behind the clock it was deleted at (a fresh start); an admission counts
+// at its clock, or at its bucket's own clock when the clock went back (a
+// token or leaky bucket refills nothing meanwhile). The others' state
+// does not depend on the rate: their models go on, at the rate in force
+// (an admission to a fixed window fits only if the window's count, with
+// it, is at most the Rate now in force: what the script checks, and so
+// each window started after a change holds at most its Rate, one that
+// straddles a change at most the larger), and read the clock as it is (a
+// fixed window's admission may come before the window's start; a sliding
+// log counts what the clock left ahead of it, as the script does).
 //
 // Each Result must also keep the plain invariants: never Allowed for more
 // than the capacity, Remaining never above the capacity.
@@ -111,6 +153,16 @@ type modelCase struct {
 	companion core.Limit // of another algorithm, decided with primary
 	conc      core.Limit // a Concurrency limit, reserved with primary
 	reserving bool       // primary is a Concurrency limit: Reserve only
+	// alts are the rates and bursts opChange changes primary to (its
+	// algorithm, period and unit kept, and so its state): the first is its own.
+	alts [][2]int
+}
+
+// alt returns primary with the rate and burst of alts[i].
+func (mc modelCase) alt(i int) core.Limit {
+	l := mc.primary
+	l.Rate, l.Burst = mc.alts[i][0], mc.alts[i][1]
+	return l
 }
 
 const modelPeriod = time.Second
@@ -119,23 +171,32 @@ var modelConc = core.Limit{Algorithm: core.Concurrency, Rate: 3, Period: modelPe
 
 var modelCases = []modelCase{
 	{name: "gcra", primary: core.Limit{Algorithm: core.GCRA, Rate: 10, Period: modelPeriod, Burst: 10}, prefetch: 4,
-		companion: core.Limit{Algorithm: core.SlidingLog, Rate: 25, Period: 3 * modelPeriod}, conc: modelConc},
+		companion: core.Limit{Algorithm: core.SlidingLog, Rate: 25, Period: 3 * modelPeriod}, conc: modelConc,
+		alts: [][2]int{{10, 10}, {3, 3}, {20, 15}}},
 	{name: "token_bucket", primary: core.Limit{Algorithm: core.TokenBucket, Rate: 10, Period: modelPeriod, Burst: 15}, prefetch: 5,
-		companion: core.Limit{Algorithm: core.FixedWindow, Rate: 30, Period: 3 * modelPeriod}, conc: modelConc},
+		companion: core.Limit{Algorithm: core.FixedWindow, Rate: 30, Period: 3 * modelPeriod}, conc: modelConc,
+		alts: [][2]int{{10, 15}, {3, 5}, {25, 20}}},
 	{name: "token_bucket_stepped", primary: core.Limit{Algorithm: core.TokenBucket, Rate: 2, Period: 200 * time.Millisecond, Burst: 10, Stepped: true},
-		companion: core.Limit{Algorithm: core.SlidingLog, Rate: 25, Period: 3 * modelPeriod}, conc: modelConc},
+		companion: core.Limit{Algorithm: core.SlidingLog, Rate: 25, Period: 3 * modelPeriod}, conc: modelConc,
+		alts: [][2]int{{2, 10}, {1, 4}, {5, 12}}},
 	{name: "leaky_bucket", primary: core.Limit{Algorithm: core.LeakyBucket, Rate: 10, Period: modelPeriod, Burst: 10},
-		companion: core.Limit{Algorithm: core.SlidingLog, Rate: 25, Period: 3 * modelPeriod}, conc: modelConc},
+		companion: core.Limit{Algorithm: core.SlidingLog, Rate: 25, Period: 3 * modelPeriod}, conc: modelConc,
+		alts: [][2]int{{10, 10}, {3, 5}, {20, 15}}},
 	{name: "leaky_bucket_shape", primary: core.Limit{Algorithm: core.LeakyBucket, Rate: 10, Period: modelPeriod, Burst: 10, Shape: true, MaxDelay: 700 * time.Millisecond},
-		companion: core.Limit{Algorithm: core.GCRA, Rate: 25, Period: 3 * modelPeriod, Burst: 15}, conc: modelConc},
+		companion: core.Limit{Algorithm: core.GCRA, Rate: 25, Period: 3 * modelPeriod, Burst: 15}, conc: modelConc,
+		alts: [][2]int{{10, 10}, {3, 5}, {20, 15}}},
 	{name: "fixed_window", primary: core.Limit{Algorithm: core.FixedWindow, Rate: 10, Period: modelPeriod}, prefetch: 4,
-		companion: core.Limit{Algorithm: core.GCRA, Rate: 25, Period: 3 * modelPeriod, Burst: 15}, conc: modelConc},
+		companion: core.Limit{Algorithm: core.GCRA, Rate: 25, Period: 3 * modelPeriod, Burst: 15}, conc: modelConc,
+		alts: [][2]int{{10, 0}, {3, 0}, {25, 0}}},
 	{name: "sliding_window", primary: core.Limit{Algorithm: core.SlidingWindow, Rate: 10, Period: modelPeriod, Buckets: 5},
-		companion: core.Limit{Algorithm: core.GCRA, Rate: 25, Period: 3 * modelPeriod, Burst: 15}, conc: modelConc},
+		companion: core.Limit{Algorithm: core.GCRA, Rate: 25, Period: 3 * modelPeriod, Burst: 15}, conc: modelConc,
+		alts: [][2]int{{10, 0}, {3, 0}, {25, 0}}},
 	{name: "sliding_log", primary: core.Limit{Algorithm: core.SlidingLog, Rate: 10, Period: modelPeriod},
-		companion: core.Limit{Algorithm: core.GCRA, Rate: 25, Period: 3 * modelPeriod, Burst: 15}, conc: modelConc},
+		companion: core.Limit{Algorithm: core.GCRA, Rate: 25, Period: 3 * modelPeriod, Burst: 15}, conc: modelConc,
+		alts: [][2]int{{10, 0}, {3, 0}, {25, 0}}},
 	{name: "concurrency", primary: modelConc, reserving: true,
-		companion: core.Limit{Algorithm: core.GCRA, Rate: 10, Period: modelPeriod, Burst: 10}},
+		companion: core.Limit{Algorithm: core.GCRA, Rate: 10, Period: modelPeriod, Burst: 10},
+		alts:      [][2]int{{3, 0}, {1, 0}, {6, 0}}},
 }
 
 // TestModel runs modelCases on miniredis and on a real redis-server with a
@@ -144,7 +205,7 @@ func TestModel(t *testing.T) {
 	t.Parallel()
 	ops, seed, long := modelSettings(t)
 	t.Logf("seed %d (replay: -model.seed=%d), %d operations per run on miniredis", seed, seed, ops)
-	budget := 4 * time.Second
+	budget := 3 * time.Second
 	if long {
 		budget = 30 * time.Minute
 		if d, ok := t.Deadline(); ok {
@@ -216,9 +277,10 @@ func modelRun(t *testing.T, mc modelCase, newEnv func(testing.TB) *menv, n int, 
 	env := newEnv(t)
 	ops := genOps(rng, mc, n, env.fake == nil)
 	start := time.Now()
-	r := runOps(env, mc, ops, start.Add(budget))
-	t.Logf("%d of %d operations in %v: %d admissions (%d answered in process), %d reservations, %d refunds, %d charges",
-		r.done, len(ops), time.Since(start).Round(time.Millisecond), r.admitted, r.local, r.reserved, r.refunds, r.charges)
+	r := runOps(env, mc, ops, start.Add(budget), 3*time.Second)
+	t.Logf("%d of %d operations in %v: %d admissions (%d answered in process), %d reservations, %d refunds, %d charges; %d changes of the limit, %d steps back of the clock, %d replies lost or callers gone, %d HTTP requests served, %d checks of the slots",
+		r.done, len(ops), time.Since(start).Round(time.Millisecond), r.admitted, r.local, r.reserved, r.refunds, r.charges,
+		r.changes, r.backs, r.lost, r.served, r.checks)
 	if r.fail == "" {
 		if r.err != nil {
 			t.Fatalf("seed %d: op %d: %v", seed, r.failAt, r.err)
@@ -248,7 +310,7 @@ func shrink(mc modelCase, ops []mop, budget time.Duration) ([]mop, modelResult, 
 	replay := func(ops []mop) modelResult {
 		env := miniredisEnv(nil)
 		defer env.close()
-		return runOps(env, mc, ops, deadline.Add(10*time.Second))
+		return runOps(env, mc, ops, deadline.Add(10*time.Second), time.Second)
 	}
 	best := replay(ops)
 	replays := 1
