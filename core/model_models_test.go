@@ -33,7 +33,7 @@ const (
 type mentry struct {
 	at, n  int64
 	eff    int64 // meter, stepped: the instant its events count at in a span (spanAdmit)
-	regime int   // meter, stepped: the regime it was counted in (spanAdmit)
+	regime int   // the regime it was counted in (spanAdmit), or for a window the change of the limit
 	forced bool
 	open   bool
 	win    int64 // fixed window: its window's start
@@ -83,7 +83,7 @@ type model struct {
 	clockBack bool      // the clock has gone back in this run
 	spanList  []*mentry // the admissions of the regime, their n net of refunds
 	spanMax   int64     // the latest eff in spanList
-	regime    int       // counts the regimes begun
+	regime    int       // counts the regimes begun (and the changes of the limit)
 	spanNew   []int64   // stepped: the eff of each new series of steps begun in the regime
 	gone      bool      // the key was seen absent since the last admission (clockBack)
 	goneAt    int64     // the latest clock it was seen absent at
@@ -139,6 +139,7 @@ func (m *model) keepsT() bool {
 // on; the others' by their exact model, at l's rate.
 func (m *model) change(l core.Limit) {
 	m.l, m.rate, m.capacity = l, int64(l.Rate), int64(l.Capacity())
+	m.regime++ // a lease fetched before is the old limit's
 	if m.bucket() {
 		m.span = true
 		m.newRegime()
@@ -316,9 +317,10 @@ func (m *model) admit(before, after, c int64, open bool) (*mentry, string) {
 		return e, ""
 	}
 	why := ""
+	e.regime = m.regime
 	switch m.kind {
 	case kindMeter, kindStepped:
-		e.eff, e.regime = m.effOf(before), m.regime
+		e.eff = m.effOf(before)
 		if m.span {
 			return e, m.spanAdmit(e)
 		}
@@ -347,6 +349,10 @@ func (m *model) admit(before, after, c int64, open bool) (*mentry, string) {
 			break
 		}
 		e.win = w
+		if m.lease > 0 && m.leaseRegime != m.regime { // fetched under a limit since changed: counted then, at its rate
+			m.net[w] += c
+			break
+		}
 		net := m.net[w]
 		for _, x := range m.charges {
 			if x.win == w && m.lease > 0 && x.seq > m.lease {
