@@ -118,6 +118,9 @@ func newHTTPFlow(env *menv, mc modelCase, start int64) *httpFlow {
 	if mc.conc.Rate > 0 {
 		f.models["m:k"] = at("m", mc.conc)
 	}
+	for name, m := range f.models {
+		m.name = name
+	}
 	return f
 }
 
@@ -237,9 +240,10 @@ func (f *httpFlow) limits(h httpOp, cost int) []httpLimit {
 
 // serve makes request h through Limiter lim's policy, at the clock
 // (fake: it does not move meanwhile); observe and admit log it, and it
-// returns whether it was served and why it failed the check ("" if not).
+// returns whether it was served, and what failed the check and why ("" if
+// nothing).
 func (f *httpFlow) serve(ctx context.Context, lim int, h httpOp, cost int, observe func(*model) error,
-	admit func(*model, int64) (*mentry, string)) (served bool, why string, err error) {
+	admit func(*model, int64) (*mentry, string)) (served bool, class, why string, err error) {
 	ls := f.limits(h, cost)
 	entries := make([]*mentry, len(ls))
 	call := &httpCall{}
@@ -250,7 +254,7 @@ func (f *httpFlow) serve(ctx context.Context, lim int, h httpOp, cost int, obser
 			}
 			var w string
 			if entries[k], w = admit(x.m, int64(x.reserved)); w != "" && why == "" {
-				why = "over the limit (HTTP flow): " + w
+				class, why = "over "+x.m.name, "over the limit (HTTP flow): "+w
 			}
 		}
 	}
@@ -265,19 +269,19 @@ func (f *httpFlow) serve(ctx context.Context, lim int, h httpOp, cost int, obser
 		f.handler(lim, h.budget).ServeHTTP(httptest.NewRecorder(), req)
 	}()
 	if s, ok := recovered.(string); ok && len(s) > 6 && s[:6] == "model:" && s != "model: the handler panics" {
-		return false, "", fmt.Errorf("%s", s)
+		return false, "", "", fmt.Errorf("%s", s)
 	}
 	if err != nil || !call.called {
-		return false, why, err
+		return false, class, why, err
 	}
 	if (recovered != nil) != (h.panics > 0) {
-		return true, fmt.Sprintf("the handler's panic (%d) came out of the flow as %v", h.panics, recovered), nil
+		return true, "panic", fmt.Sprintf("the handler's panic (%d) came out of the flow as %v", h.panics, recovered), nil
 	}
 	for k, x := range ls {
 		if err := observe(x.m); err != nil {
-			return true, why, err
+			return true, class, why, err
 		}
 		x.m.settle(entries[k], int64(x.reserved), int64(x.settle), entries[k].at, x.l)
 	}
-	return true, why, nil
+	return true, class, why, nil
 }

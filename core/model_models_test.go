@@ -50,6 +50,7 @@ type epoch struct{ anchor, from int64 }
 type model struct {
 	l         core.Limit
 	kind      modelKind
+	name      string // its part in the run: "p" (primary), "c" (companion), "k" (Concurrency), "m:p", ... (HTTP)
 	key       string
 	per, rate int64 // period in µs, rate
 	capacity  int64

@@ -29,7 +29,7 @@ type outstanding struct {
 
 type modelResult struct {
 	done, failAt                                int
-	fail                                        string
+	fail, class                                 string // why it failed; what failed (a shorter run must fail the same)
 	err                                         error
 	trace                                       []string
 	admitted, local, reserved, refunds, charges int
@@ -60,6 +60,9 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time, slotWait tim
 	}
 	if mc.conc.Rate > 0 {
 		models["k"] = newModel(mc.conc, env.prefix, start)
+	}
+	for name, m := range models {
+		m.name = name
 	}
 	var flow *httpFlow
 	all := func() []*model { // every model of the run
@@ -126,8 +129,8 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time, slotWait tim
 	fmtOp := func(i int, at int64, lim int, s string, a ...any) string {
 		return fmt.Sprintf("%4d %-14s L%d %s", i, fmtAt(at), lim, fmt.Sprintf(s, a...))
 	}
-	failed := func(why string) {
-		res.fail = why
+	failed := func(class, why string) {
+		res.fail, res.class = why, class
 		res.trace = append(res.trace, "     ^ "+why)
 	}
 	// armed arms a fault of kind for the script call of the operation
@@ -205,8 +208,8 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time, slotWait tim
 	// decide makes one decision of op (its kind, Limiter and n) and
 	// checks it; stop: the run ends (res says why).
 	decide := func(i int, op mop) (allowed, stop bool) {
-		fail := func(why string) (bool, bool) {
-			failed(why)
+		fail := func(class, why string) (bool, bool) {
+			failed(class, why)
 			return false, true
 		}
 		lim := env.lims[op.lim]
@@ -343,11 +346,11 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time, slotWait tim
 		res.trace = append(res.trace, line)
 		for k, l := range limits {
 			if r.Allowed && costs[k] > l.Capacity() {
-				return fail(fmt.Sprintf("allowed %d events, above the capacity %d of %v", costs[k], l.Capacity(), l))
+				return fail("capacity", fmt.Sprintf("allowed %d events, above the capacity %d of %v", costs[k], l.Capacity(), l))
 			}
 		}
 		if r.Remaining > r.Limit.Capacity() {
-			return fail(fmt.Sprintf("Remaining %d above the binding limit's capacity %d (%v)", r.Remaining, r.Limit.Capacity(), r.Limit))
+			return fail("remaining", fmt.Sprintf("Remaining %d above the binding limit's capacity %d (%v)", r.Remaining, r.Limit.Capacity(), r.Limit))
 		}
 		nothing := true
 		for _, c := range costs {
@@ -385,7 +388,7 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time, slotWait tim
 			e, why := m.admit(before, after, int64(costs[k]), rsv != nil)
 			m.lease = 0
 			if why != "" {
-				return fail("over the limit: " + why)
+				return fail("over "+m.name, "over the limit: "+why)
 			}
 			if fetch && k == 0 {
 				fetchEff[op.lim], fetchWin[op.lim], fetchReg[op.lim] = e.eff, m.lastWin, e.regime
@@ -432,7 +435,7 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time, slotWait tim
 		}
 		if env.faults != nil {
 			if why := env.faults.sentTwice(); why != "" {
-				failed(why)
+				failed("twice", why)
 				return true
 			}
 		}
@@ -464,7 +467,7 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time, slotWait tim
 				for k, l := range env.lims {
 					stats = append(stats, fmt.Sprintf("L%d %+v", k, l.Stats()))
 				}
-				failed(fmt.Sprintf("every reservation has ended (settled, released, or lost in flight), and after %v Concurrency slots are still held until their lease ends: %s (Stats: %s)",
+				failed("slots", fmt.Sprintf("every reservation has ended (settled, released, or lost in flight), and after %v Concurrency slots are still held until their lease ends: %s (Stats: %s)",
 					slotWait, held, strings.Join(stats, "; ")))
 				return true
 			}
@@ -529,7 +532,7 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time, slotWait tim
 			case 3:
 				cost = n + 1 + op.r%3
 			}
-			served, why, err := flow.serve(ctx, op.lim, op.http, cost,
+			served, class, why, err := flow.serve(ctx, op.lim, op.http, cost,
 				func(m *model) error { return m.observe(ctx, env.admin, before) },
 				func(m *model, c int64) (*mentry, string) { return m.admit(before, before, c, true) })
 			line := fmtOp(i, before, op.lim, "HTTP request, %v = served=%v", op.http, served)
@@ -542,7 +545,7 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time, slotWait tim
 				res.err = fmt.Errorf("op %d: %w", i, err)
 				return res
 			case why != "":
-				failed(why)
+				failed(class, why)
 				return res
 			}
 			if served {

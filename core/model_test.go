@@ -290,7 +290,7 @@ func modelRun(t *testing.T, mc modelCase, newEnv func(testing.TB) *menv, n int, 
 	trace := r.trace
 	where := "this run"
 	if env.fake != nil { // shorten it, replaying on miniredis
-		short, sr, replays := shrink(mc, ops[:r.failAt+1], 10*time.Second)
+		short, sr, replays := shrink(mc, ops[:r.failAt+1], r.class, 10*time.Second)
 		if sr.fail != "" {
 			trace, where = sr.trace, fmt.Sprintf("replayed on miniredis, shortened from %d to %d operations in %d replays", r.failAt+1, len(short), replays)
 		}
@@ -304,8 +304,9 @@ func modelRun(t *testing.T, mc modelCase, newEnv func(testing.TB) *menv, n int, 
 }
 
 // shrink looks for a shorter list of operations that still fails on
-// miniredis: it drops chunks, halving their size, while the time lasts.
-func shrink(mc modelCase, ops []mop, budget time.Duration) ([]mop, modelResult, int) {
+// miniredis as class says (the same check of the same limit): it drops
+// chunks, halving their size, while the time lasts.
+func shrink(mc modelCase, ops []mop, class string, budget time.Duration) ([]mop, modelResult, int) {
 	deadline := time.Now().Add(budget)
 	replay := func(ops []mop) modelResult {
 		env := miniredisEnv(nil)
@@ -314,15 +315,15 @@ func shrink(mc modelCase, ops []mop, budget time.Duration) ([]mop, modelResult, 
 	}
 	best := replay(ops)
 	replays := 1
-	if best.fail == "" {
-		return ops, best, replays
+	if best.fail == "" || best.class != class {
+		return ops, modelResult{}, replays
 	}
 	ops = ops[:best.failAt+1]
 	for chunk := len(ops) / 2; chunk >= 1; chunk /= 2 {
 		for i := 0; i+chunk <= len(ops) && time.Now().Before(deadline) && replays < 3000; {
 			cand := append(append([]mop(nil), ops[:i]...), ops[i+chunk:]...)
 			replays++
-			if r := replay(cand); r.fail != "" {
+			if r := replay(cand); r.fail != "" && r.class == class {
 				ops, best = cand[:r.failAt+1], r
 				continue
 			}
