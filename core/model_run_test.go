@@ -88,11 +88,15 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time, slotWait tim
 	var open []*outstanding
 	// lapsed follows the reservations whose slots the Limiter frees in the
 	// background (a reserving decision or a settlement whose reply was
-	// lost or whose caller left): by id, the earliest end of their leases
-	// and the latest clock reached since. Once the clock has reached that
-	// end, the Limiter may leave the slots to their lease, which a clock
-	// that goes back then shows held again: checkSlots lets those be.
-	lapsed := map[string]*[2]int64{}
+	// lost or whose caller left): by id, the earliest end of their leases,
+	// the clock at the failure and the latest clock reached since. The
+	// Limiter tries until the lease ends. A lease that had (nearly) ended
+	// by the clock at the failure may end, in real time, before the first
+	// try (on busy cores, up to half a second late); one the clock has
+	// ended since may be given up; either way the slots are left to their
+	// lease, which a clock that goes back then shows held again:
+	// checkSlots lets those be.
+	lapsed := map[string]*[3]int64{}
 	failedSlots := func(rid string, limits []core.Limit, entries []*mentry, at int64) {
 		for k, l := range limits {
 			if l.Algorithm != core.Concurrency || rid == "" {
@@ -100,7 +104,7 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time, slotWait tim
 			}
 			end := entries[k].at + l.Period.Microseconds()
 			if x := lapsed[rid]; x == nil {
-				lapsed[rid] = &[2]int64{end, at}
+				lapsed[rid] = &[3]int64{end, at, at}
 			} else {
 				x[0] = min(x[0], end)
 			}
@@ -108,7 +112,7 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time, slotWait tim
 	}
 	clockMoved := func(at int64) {
 		for _, x := range lapsed {
-			x[1] = max(x[1], at)
+			x[2] = max(x[2], at)
 		}
 	}
 	lastFetch := make([]int64, len(env.lims)) // per Limiter, its last fetch (µs), 0 none
@@ -448,7 +452,7 @@ func runOps(env *menv, mc modelCase, ops []mop, deadline time.Time, slotWait tim
 		at := now()
 		mayStay := map[string]bool{}
 		for rid, x := range lapsed {
-			if x[1] >= x[0]-100_000 { // within 100 ms of it, or past it
+			if x[0]-x[1] < 500_000 || x[2] >= x[0] {
 				mayStay[rid] = true
 			}
 		}
