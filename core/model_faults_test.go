@@ -1,0 +1,246 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The model check's faults on the client side: one Limiter (modelFaulty)
+// has a go-redis hook that, when a run arms it for an operation, lets that
+// operation's script call reach Redis and run there, and then either
+// replaces its reply with an error (a reply lost on the way back, as a
+// connection that breaks or a timeout would), or cancels the caller's
+// context and holds the reply until the caller has gone (a caller that
+// gave up after its call was sent). The reply it saw says what really
+// happened, which the model logs: a decision's outcome, or that a
+// settlement ran. That Limiter sends each decision as a script call of
+// its own (WithBatchScript(false)), so one reply is one decision, and has
+// no breaker (WithBreaker(0)): the faults are the caller's, and the
+// decisions after them go on.
+
+// modelFaulty is the Limiter whose client the faults are injected into.
+const modelFaulty = 2
+
+type faultKind int
+
+const (
+	faultNone   faultKind = iota
+	faultLost             // the call runs; its reply is lost
+	faultCancel           // the call runs; its caller's context is cancelled before the reply is handed over
+)
+
+func (k faultKind) String() string {
+	return [...]string{"", "reply lost", "cancelled after it was sent"}[k]
+}
+
+// errLostReply is the error a lost reply is replaced with: not an answer
+// of Redis's, as a broken connection's.
+var errLostReply = errors.New("model: the reply was lost on its way back (injected)")
+
+// faultPlan arms the hook for one operation's script call.
+type faultPlan struct {
+	kind     faultKind
+	decision bool   // the operation's decision (not a prefetch's); else the settlement of rid
+	rid      string // the reservation whose settlement it is
+	cancel   context.CancelFunc
+	left     chan struct{} // closed once the caller has returned
+
+	hit   bool    // the call was seen, and the fault injected
+	reply []int64 // the call's true reply
+	costs []int64 // a decision's costs as sent (scriptCall.costs)
+}
+
+// faultHook injects the armed fault, notes the reservation id of each
+// reserving decision (so that a settlement can be armed), and checks that
+// no reservation's refund or charge is sent twice: a settlement sent again
+// (the Limiter freeing slots in the background) may free slots only.
+type faultHook struct {
+	mu      sync.Mutex
+	plan    *faultPlan
+	lastRid string         // the id of the last reserving decision seen
+	settled map[string]int // per reservation id, settlements that moved a limit other than a Concurrency one
+	twice   string         // the first such settlement sent twice, if any
+}
+
+func newFaultHook() *faultHook { return &faultHook{settled: map[string]int{}} }
+
+func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd) // an error reply, NOSCRIPT among them, is set on cmd only after the hooks
+		if err == nil && h.after([]redis.Cmder{cmd}) {
+			return errLostReply // Process sets the command's error to what the hooks return
+		}
+		return err
+	}
+}
+
+func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.after(cmds) // a pipeline's commands keep the errors set on them
+		return err
+	}
+}
+
+// arm arms the hook for the next call plan targets; disarm returns the
+// plan and disarms it.
+func (h *faultHook) arm(p *faultPlan) {
+	h.mu.Lock()
+	h.plan = p
+	h.mu.Unlock()
+}
+
+func (h *faultHook) disarm() *faultPlan {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.plan
+	h.plan = nil
+	return p
+}
+
+// takeRid returns the id of the last reserving decision seen, and forgets it.
+func (h *faultHook) takeRid() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	rid := h.lastRid
+	h.lastRid = ""
+	return rid
+}
+
+// sentTwice returns the first refund or charge sent twice, "" if none.
+func (h *faultHook) sentTwice() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.twice
+}
+
+// scriptCall is what the hook reads of a decision's or settlement's
+// script call (lua/prelude.lua, lua/settle.lua: ARGV starts with the
+// clock and the reservation id; a decision's then has its first limit's
+// cost and algorithm name, a settlement's the reservation's instant and
+// per limit its delta, what it reserved, four facts, then the name).
+type scriptCall struct {
+	decision bool
+	rid      string
+	costs    []int64 // a decision's cost per limit, as sent (0: a look; below 0: "take up to")
+	moves    bool    // a settlement that refunds or charges a limit other than a Concurrency one
+}
+
+func readScriptCall(cmd redis.Cmder) (scriptCall, bool) {
+	if !isScriptCmd(cmd) {
+		return scriptCall{}, false
+	}
+	args := cmd.Args()
+	if len(args) < 3 {
+		return scriptCall{}, false
+	}
+	n, err := strconv.Atoi(fmt.Sprint(args[2]))
+	if err != nil || len(args) < 3+n+4 {
+		return scriptCall{}, false
+	}
+	argv := args[3+n:]
+	rid, ok := argv[1].(string)
+	if !ok {
+		return scriptCall{}, false // a reset or the peers' count: no clock, no id
+	}
+	c := scriptCall{rid: rid}
+	if _, ok := argv[3].(string); ok {
+		c.decision = true
+		for i := 3; i < len(argv); i++ { // each limit's algorithm name, just after its cost
+			if name, ok := argv[i].(string); ok && modelAlgorithms[name] {
+				n, _ := strconv.ParseInt(fmt.Sprint(argv[i-1]), 10, 64)
+				c.costs = append(c.costs, n)
+			}
+		}
+		return c, true
+	}
+	for i := 9; i < len(argv); i++ { // each limit's algorithm name, 6 after its delta
+		name, ok := argv[i].(string)
+		if !ok || !modelAlgorithms[name] {
+			continue
+		}
+		if d := fmt.Sprint(argv[i-6]); name != "concurrency" && d != "0" {
+			c.moves = true
+		}
+	}
+	return c, true
+}
+
+// modelAlgorithms are the names the scripts know the algorithms by.
+var modelAlgorithms = map[string]bool{"gcra": true, "token_bucket": true, "token_bucket_stepped": true,
+	"leaky_bucket": true, "leaky_bucket_shape": true, "fixed_window": true, "fixed_window_calendar": true,
+	"sliding_window": true, "sliding_log": true, "concurrency": true}
+
+// replyAllowed reads a decision's true reply. In every layout of
+// lua/decide.lua (one limit: {allowed, remaining, ...}; several: {allowed,
+// now, then 7 values per limit}) its first integer is the decision's
+// allowed flag: 0 denied, 1 or more allowed (1 plus what a prefetch took).
+// This is the one place the model check reads a reply, and that is what
+// it assumes of it; replyTook reads the rest it needs.
+func replyAllowed(reply []int64) bool { return len(reply) > 0 && reply[0] >= 1 }
+
+// replyTook returns what the i-th of several limits (more than one) took
+// of a "take up to" cost: its own flag, at 2+7i, is 1 plus that.
+func replyTook(reply []int64, i int) int {
+	if at := 2 + 7*i; at < len(reply) && reply[at] >= 2 {
+		return int(reply[at] - 1)
+	}
+	return 0
+}
+
+// after sees the calls a round trip made, once they have their replies,
+// and reports whether it replaced one's reply with errLostReply.
+func (h *faultHook) after(cmds []redis.Cmder) (lost bool) {
+	var hit *faultPlan
+	h.mu.Lock()
+	for _, cmd := range cmds {
+		c, ok := readScriptCall(cmd)
+		if !ok || cmd.Err() != nil { // not a decision or settlement, or one Redis refused: nothing ran
+			continue
+		}
+		switch {
+		case c.decision && c.rid != "" && c.rid[0] != '+':
+			h.lastRid = c.rid
+		case !c.decision && c.moves && c.rid != "+":
+			if h.settled[c.rid]++; h.settled[c.rid] == 2 && h.twice == "" {
+				args := cmd.Args()
+				h.twice = fmt.Sprintf("reservation %s: a settlement that refunds or charges was sent twice: %v", c.rid, args[min(len(args), 2):])
+			}
+		}
+		p := h.plan
+		if p == nil || p.hit {
+			continue
+		}
+		if p.decision && c.decision && (c.rid == "" || c.rid[0] != '+') || !p.decision && !c.decision && c.rid == p.rid {
+			reply, _ := cmd.(interface{ Val() []int64 })
+			if reply == nil {
+				continue
+			}
+			p.hit, p.reply, p.costs = true, slices.Clone(reply.Val()), c.costs
+			if p.kind == faultLost {
+				cmd.SetErr(errLostReply)
+				lost = true
+			} else {
+				hit = p
+			}
+		}
+	}
+	h.mu.Unlock()
+	if hit != nil { // the caller sees its context end, not the reply, and goes
+		hit.cancel()
+		select {
+		case <-hit.left:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	return lost
+}
