@@ -33,8 +33,8 @@ var modelT0 = t0.Add(123457 * time.Microsecond) // not a round number of µs
 // modelT0Before1970 is a start of the fake clock before 1970.
 var modelT0Before1970 = time.Date(1969, 7, 20, 20, 17, 40, 654321000, time.UTC)
 
-// countHook counts the prefetch give-backs (settlements whose reservation
-// id is "+") that Redis has answered, and, with persist, makes every key a
+// countHook counts the prefetch give-backs (settlements that say so,
+// readScriptCall) that Redis has answered, and, with persist, makes every key a
 // script call names persistent in the same round trip: on a real server
 // with a fake clock, TTLs run in real time and would drop state that the
 // fake clock still needs (the scripts read stale state correctly: on
@@ -57,10 +57,8 @@ func (h *countHook) count(cmds ...redis.Cmder) {
 		if !isScriptCmd(cmd) || cmd.Err() != nil {
 			continue
 		}
-		for _, a := range cmd.Args() {
-			if s, ok := a.(string); ok && s == "+" {
-				h.giveBacks.Add(1)
-			}
+		if c, ok := readScriptCall(cmd); ok && !c.decision && c.giveback {
+			h.giveBacks.Add(1)
 		}
 	}
 }

@@ -124,13 +124,17 @@ func (h *faultHook) sentTwice() string {
 }
 
 // scriptCall is what the hook reads of a decision's or settlement's
-// script call (lua/prelude.lua, lua/settle.lua: ARGV starts with the
-// clock and the reservation id; a decision's then has its first limit's
-// cost and algorithm name, a settlement's the reservation's instant and
-// per limit its delta, what it reserved, four facts, then the name).
+// script call (lua/prelude.lua, lua/settle.lua). ARGV starts with the
+// clock and the reservation id. A decision's then has the events a
+// prefetch asks for beyond the cost, and per limit its cost, its
+// algorithm's name and the algorithm's arguments; a settlement's the
+// reservation's instant, 1 for a prefetch's give-back (else 0), and per
+// limit its delta, what it reserved, four facts, then the name.
 type scriptCall struct {
 	decision bool
 	rid      string
+	fetch    bool    // a decision that asks for events beyond its cost (a prefetch's)
+	giveback bool    // a settlement that gives a prefetch's unused events back
 	costs    []int64 // a decision's cost per limit, as sent (0: a look; below 0: "take up to")
 	moves    bool    // a settlement that refunds or charges a limit other than a Concurrency one
 }
@@ -144,7 +148,7 @@ func readScriptCall(cmd redis.Cmder) (scriptCall, bool) {
 		return scriptCall{}, false
 	}
 	n, err := strconv.Atoi(fmt.Sprint(args[2]))
-	if err != nil || len(args) < 3+n+4 {
+	if err != nil || len(args) < 3+n+5 {
 		return scriptCall{}, false
 	}
 	argv := args[3+n:]
@@ -153,9 +157,9 @@ func readScriptCall(cmd redis.Cmder) (scriptCall, bool) {
 		return scriptCall{}, false // a reset or the peers' count: no clock, no id
 	}
 	c := scriptCall{rid: rid}
-	if _, ok := argv[3].(string); ok {
-		c.decision = true
-		for i := 3; i < len(argv); i++ { // each limit's algorithm name, just after its cost
+	if name, ok := argv[4].(string); ok && modelAlgorithms[name] { // a decision: its first limit's name
+		c.decision, c.fetch = true, fmt.Sprint(argv[2]) != "0"
+		for i := 4; i < len(argv); i++ { // each limit's algorithm name, just after its cost
 			if name, ok := argv[i].(string); ok && modelAlgorithms[name] {
 				n, _ := strconv.ParseInt(fmt.Sprint(argv[i-1]), 10, 64)
 				c.costs = append(c.costs, n)
@@ -163,7 +167,8 @@ func readScriptCall(cmd redis.Cmder) (scriptCall, bool) {
 		}
 		return c, true
 	}
-	for i := 9; i < len(argv); i++ { // each limit's algorithm name, 6 after its delta
+	c.giveback = fmt.Sprint(argv[3]) == "1"
+	for i := 10; i < len(argv); i++ { // each limit's algorithm name, 6 after its delta
 		name, ok := argv[i].(string)
 		if !ok || !modelAlgorithms[name] {
 			continue
@@ -182,16 +187,22 @@ var modelAlgorithms = map[string]bool{"gcra": true, "token_bucket": true, "token
 
 // replyAllowed reads a decision's true reply. In every layout of
 // lua/decide.lua (one limit: {allowed, remaining, ...}; several: {allowed,
-// now, then 7 values per limit}) its first integer is the decision's
+// now, then 8 values per limit}) its first integer is the decision's
 // allowed flag: 0 denied, 1 or more allowed (1 plus what a prefetch took).
 // This is the one place the model check reads a reply, and that is what
 // it assumes of it; replyTook reads the rest it needs.
 func replyAllowed(reply []int64) bool { return len(reply) > 0 && reply[0] >= 1 }
 
+// replyPerLimit is how many values each of several limits has in a
+// decision's reply: allowed, remaining, retry_after, reset_after, delay,
+// next, mark, epoch.
+const replyPerLimit = 8
+
 // replyTook returns what the i-th of several limits (more than one) took
-// of a "take up to" cost: its own flag, at 2+7i, is 1 plus that.
+// of a "take up to" cost: its own flag, first of its values, is 1 plus
+// that.
 func replyTook(reply []int64, i int) int {
-	if at := 2 + 7*i; at < len(reply) && reply[at] >= 2 {
+	if at := 2 + replyPerLimit*i; at < len(reply) && reply[at] >= 2 {
 		return int(reply[at] - 1)
 	}
 	return 0
@@ -208,9 +219,9 @@ func (h *faultHook) after(cmds []redis.Cmder) (lost bool) {
 			continue
 		}
 		switch {
-		case c.decision && c.rid != "" && c.rid[0] != '+':
+		case c.decision && c.rid != "" && !c.fetch:
 			h.lastRid = c.rid
-		case !c.decision && c.moves && c.rid != "+":
+		case !c.decision && c.moves && !c.giveback:
 			if h.settled[c.rid]++; h.settled[c.rid] == 2 && h.twice == "" {
 				args := cmd.Args()
 				h.twice = fmt.Sprintf("reservation %s: a settlement that refunds or charges was sent twice: %v", c.rid, args[min(len(args), 2):])
@@ -220,7 +231,7 @@ func (h *faultHook) after(cmds []redis.Cmder) (lost bool) {
 		if p == nil || p.hit {
 			continue
 		}
-		if p.decision && c.decision && (c.rid == "" || c.rid[0] != '+') || !p.decision && !c.decision && c.rid == p.rid {
+		if p.decision && c.decision && !c.fetch || !p.decision && !c.decision && c.rid == p.rid {
 			reply, _ := cmd.(interface{ Val() []int64 })
 			if reply == nil {
 				continue
