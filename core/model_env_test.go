@@ -57,8 +57,10 @@ func (h *countHook) count(cmds ...redis.Cmder) {
 		if !isScriptCmd(cmd) || cmd.Err() != nil {
 			continue
 		}
-		if c, ok := readScriptCall(cmd); ok && !c.decision && c.giveback {
-			h.giveBacks.Add(1)
+		for _, c := range readScriptCalls(cmd) {
+			if !c.decision && c.giveback {
+				h.giveBacks.Add(1)
+			}
 		}
 	}
 }

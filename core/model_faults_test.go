@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlimit/redlimit/core"
 )
 
 // The model check's faults on the client side: one Limiter (modelFaulty)
@@ -148,10 +149,47 @@ func readScriptCall(cmd redis.Cmder) (scriptCall, bool) {
 		return scriptCall{}, false
 	}
 	n, err := strconv.Atoi(fmt.Sprint(args[2]))
-	if err != nil || len(args) < 3+n+5 {
+	if err != nil || len(args) < 3+n {
 		return scriptCall{}, false
 	}
-	argv := args[3+n:]
+	return readCall(args[3+n:])
+}
+
+// readScriptCalls returns the decisions and settlements of a script call: the
+// one it makes, or each of a batch's (lua/batch.lua: per call, its number
+// of keys, negative for a settlement, its number of arguments, then
+// them).
+func readScriptCalls(cmd redis.Cmder) []scriptCall {
+	args := cmd.Args()
+	if !isScriptCmd(cmd) || len(args) < 3 || !core.IsBatchScript(args[1]) {
+		if c, ok := readScriptCall(cmd); ok {
+			return []scriptCall{c}
+		}
+		return nil
+	}
+	n, err := strconv.Atoi(fmt.Sprint(args[2]))
+	if err != nil || len(args) < 3+n {
+		return nil
+	}
+	var calls []scriptCall
+	for argv := args[3+n:]; len(argv) >= 2; {
+		m, err := strconv.Atoi(fmt.Sprint(argv[1]))
+		if err != nil || m < 0 || len(argv) < 2+m {
+			break
+		}
+		if c, ok := readCall(argv[2 : 2+m]); ok {
+			calls = append(calls, c)
+		}
+		argv = argv[2+m:]
+	}
+	return calls
+}
+
+// readCall reads one decision's or settlement's ARGV.
+func readCall(argv []any) (scriptCall, bool) {
+	if len(argv) < 5 {
+		return scriptCall{}, false
+	}
 	rid, ok := argv[1].(string)
 	if !ok {
 		return scriptCall{}, false // a reset or the peers' count: no clock, no id
