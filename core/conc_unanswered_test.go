@@ -100,8 +100,8 @@ func (h *lostReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if h.on.Load() && isScriptCmd(cmd) {
-			cmd.SetErr(errLostReply)
-			return errLostReply
+			cmd.SetErr(errReplyLost)
+			return errReplyLost
 		}
 		return err
 	}
@@ -113,8 +113,8 @@ func (h *lostReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		if h.on.Load() {
 			for _, cmd := range cmds {
 				if isScriptCmd(cmd) {
-					cmd.SetErr(errLostReply)
-					err = errLostReply
+					cmd.SetErr(errReplyLost)
+					err = errReplyLost
 				}
 			}
 		}
@@ -122,7 +122,7 @@ func (h *lostReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
-var errLostReply = errors.New("injected: the reply was lost")
+var errReplyLost = errors.New("injected: the reply was lost")
 
 // TestUnansweredReservationLostReply: a Reserve whose script ran and whose
 // reply was lost returns the error; the slot its script took is freed in
@@ -142,7 +142,7 @@ func TestUnansweredReservationLostReply(t *testing.T) {
 			conc, rate := concLimit(t, "2 concurrent lease=1h"), core.PerHour(10)
 			release(t, concReserve(t, lim, "warm", []core.Limit{conc, rate}, 1)) // the script is loaded: no NOSCRIPT
 			hook.on.Store(true)
-			if _, err := lim.Reserve(context.Background(), "job", []core.Limit{conc, rate}, 1); !errors.Is(err, errLostReply) {
+			if _, err := lim.Reserve(context.Background(), "job", []core.Limit{conc, rate}, 1); !errors.Is(err, errReplyLost) {
 				t.Fatalf("Reserve with its reply lost: %v, want the lost reply's error", err)
 			}
 			hook.on.Store(false)

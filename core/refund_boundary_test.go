@@ -74,12 +74,13 @@ func boundaryLimits(rate int) []core.Limit {
 	}
 }
 
-// TestRefundAcrossRateChange: a reservation of 1 to 3 made under 3/s, the
-// limit raised to 10/s with its state kept, then 0 to 5 requests or all
-// it admits; the old reservation refunded; then drained, and again 100 ms
-// later. Without the refunded reservation (a refund treats its events as
-// never admitted), no more than 10/s allows within 100 ms were admitted:
-// its burst of 10 and one more.
+// TestRefundAcrossRateChange: a reservation of 1 or 3 made under 3/s;
+// then, at once or 482 ms later, the limit raised to 10/s with its state
+// kept and 2 requests or all it admits; the old reservation
+// refunded; and drained at that instant. A refund treats its events as
+// never admitted, so at that instant no more than the new burst, 10, were
+// admitted. (A refund reckoned at the new rate, or at the old one after
+// the new rate's admissions, gives back more: 11 or more at one instant.)
 func TestRefundAcrossRateChange(t *testing.T) {
 	t.Parallel()
 	for _, b := range backends[:2] { // miniredis, standalone
@@ -89,34 +90,14 @@ func TestRefundAcrossRateChange(t *testing.T) {
 				before := after
 				before.Rate = 3
 				t.Run(fmt.Sprint(i, after), func(t *testing.T) {
-					for n := 1; n <= 3; n++ {
-						for _, k := range []int{0, 2, 5, -1} {
-							f := newFakeWorld(t, b)
-							ctx := context.Background()
-							r, err := f.lim.Reserve(ctx, "k", []core.Limit{before}, n)
-							if err != nil || !r.Result().Allowed {
-								t.Fatalf("reserve %d under %v: %+v, %v", n, before, r.Result(), err)
-							}
-							admitted := 0
-							for j := 0; j != k; j++ {
-								res, err := f.lim.Allow(ctx, "k", after)
-								if err != nil {
-									t.Fatal(err)
+					for _, gap := range []time.Duration{0, 482 * time.Millisecond} {
+						for _, n := range []int{1, 3} {
+							for _, k := range []int{2, -1} {
+								admitted := refundAcrossChange(t, b, before, after, n, gap, k)
+								if admitted > 10 {
+									t.Fatalf("reserved %d under %v, %v later %d requests under %v, the reservation refunded: %d admitted at one instant; want at most 10",
+										n, before, gap, k, after, admitted)
 								}
-								if !res.Allowed {
-									break
-								}
-								admitted++
-							}
-							if err := r.Settle(ctx, 0); err != nil {
-								t.Fatal(err)
-							}
-							admitted += f.drain(t, "k", after)
-							f.step(100 * time.Millisecond)
-							admitted += f.drain(t, "k", after)
-							if admitted > 11 {
-								t.Fatalf("reserved %d under %v, %d requests under %v, the reservation refunded: %d admitted within 100 ms; want at most 11",
-									n, before, k, after, admitted)
 							}
 						}
 					}
@@ -124,6 +105,71 @@ func TestRefundAcrossRateChange(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSettleAfterRateLowered: a reservation of 4 under 10/s burst 15; the
+// limit lowered to 3/s burst 5 with its state kept, and drained; 332 ms
+// later the reservation refunded, and drained again. The refund gives
+// nothing back (its events were counted under another limit), and the
+// settlement refills nothing at the old rate: at most the new burst and
+// the one event 3/s brings in 332 ms were admitted under the new limit.
+func TestSettleAfterRateLowered(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends[:2] {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			for i, after := range boundaryLimits(3)[:5] { // the meters
+				after.Burst = 5
+				before := after
+				before.Rate, before.Burst = 10, 15
+				t.Run(fmt.Sprint(i, after), func(t *testing.T) {
+					f := newFakeWorld(t, b)
+					ctx := context.Background()
+					r, err := f.lim.Reserve(ctx, "k", []core.Limit{before}, 4)
+					if err != nil || !r.Result().Allowed {
+						t.Fatalf("reserve 4 under %v: %+v, %v", before, r.Result(), err)
+					}
+					admitted := f.drain(t, "k", after)
+					f.step(332 * time.Millisecond)
+					if err := r.Settle(ctx, 0); err != nil {
+						t.Fatal(err)
+					}
+					if admitted += f.drain(t, "k", after); admitted > 6 {
+						t.Fatalf("%d admitted under %v within 332 ms of its change; want at most 6", admitted, after)
+					}
+				})
+			}
+		})
+	}
+}
+
+// refundAcrossChange reserves n under before, waits gap, sends k requests
+// under after (-1: until one is denied), refunds the reservation and
+// drains under after; it returns how many were admitted after the gap.
+func refundAcrossChange(t *testing.T, b backend, before, after core.Limit, n int, gap time.Duration, k int) int {
+	t.Helper()
+	f := newFakeWorld(t, b)
+	ctx := context.Background()
+	r, err := f.lim.Reserve(ctx, "k", []core.Limit{before}, n)
+	if err != nil || !r.Result().Allowed {
+		t.Fatalf("reserve %d under %v: %+v, %v", n, before, r.Result(), err)
+	}
+	f.step(gap)
+	admitted := 0
+	for j := 0; j != k; j++ {
+		res, err := f.lim.Allow(ctx, "k", after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Allowed {
+			break
+		}
+		admitted++
+	}
+	if err := r.Settle(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	return admitted + f.drain(t, "k", after)
 }
 
 // TestRefundAfterClockStepsBack: a reservation of 5 at T drains and its

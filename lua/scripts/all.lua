@@ -219,6 +219,20 @@ local function general()
     return e, a, p
   end
 
+  -- in_force returns the numbers key's hash holds under fields when it has
+  -- them all, else the defaults given: the parameters a bucket's state
+  -- counts in. A settlement counts in them, the limit in force, so that a
+  -- reservation made before a change of the limit neither refills nor
+  -- drains the state at its old rate: its refund finds no epoch of its own
+  -- and gives nothing back; a charge counts as the limit in force counts.
+  local function in_force(key, fields, ...)
+    local s, out = redis.call('HMGET', key, unpack(fields)), {}
+    for i = 1, #fields do
+      if not s[i] then return ... end
+      out[i] = tonumber(s[i])
+    end
+    return unpack(out)
+  end
   -- held returns the units a reservation whose events end at position m of
   -- epoch `epoch` may still take back, given the meter's backlog, position
   -- a, epoch e and refunds p.
@@ -553,6 +567,8 @@ local function general()
   -- settle: a charge, up to debt µs past full, or a refund (settle_meter).
   algorithms.gcra.settle = function(key, delta, at, reset, mark, epoch, debt)
     local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+    local u, d = string.match(redis.call('GET', key) or '', '^-?%d+:%d+:-?%d+:(%d+):(%d+):') -- in force (meter.lua)
+    if u then unit, drip = tonumber(u), tonumber(d) end
     local backlog, f, e, a, p = gcra_state(key, unit, drip)
     backlog, f, e, a, p = settle_meter(delta, unit, drip, math.min(max_units, (burst * unit) + debt * drip),
       backlog, f, e, a, p, reset, mark, epoch)
@@ -646,7 +662,8 @@ local function general()
   -- gcra.lua's settle counts them). A shaping bucket's queue behind the refunded events moves
   -- up; the Delay already given is not changed.
   local function leak_settle(key, delta, at, reset, mark, epoch, debt)
-    local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+    local unit, drip, burst = in_force(key, {'u', 'd', 'k'}, tonumber(ARGV[at]), tonumber(ARGV[at + 1]),
+      tonumber(ARGV[at + 2]))
     local level, last, e, a, p = level_of(key, unit, drip, burst)
     local f -- a leaky bucket has no floor
     level, f, e, a, p = settle_meter(delta, unit, drip, math.min(max_units, burst * unit + debt * drip),
@@ -929,7 +946,8 @@ local function general()
   end}
   -- settle: a charge, up to debt µs in debt, or a refund (settle_meter) of missing tokens.
   algorithms.token_bucket.settle = function(key, delta, at, reset, mark, epoch, debt)
-    local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+    local unit, drip, burst = in_force(key, {'u', 'd', 'k'}, tonumber(ARGV[at]), tonumber(ARGV[at + 1]),
+      tonumber(ARGV[at + 2]))
     local full = burst * unit
     local credit, last, f, e, a, p = credit_of(key, unit, drip, burst, full)
     local backlog
@@ -994,7 +1012,8 @@ local function general()
   -- be, and puts refunded ones back as far as the bucket still misses them
   -- (meter.lua: its steps drain the queue of missing tokens).
   algorithms.token_bucket_stepped.settle = function(key, delta, at, reset, mark, epoch, debt)
-    local rate, period, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+    local period = tonumber(ARGV[at + 1]) -- part of the key's name: never changed under it
+    local rate, burst = in_force(key, {'r', 'k'}, tonumber(ARGV[at]), tonumber(ARGV[at + 2]))
     local tokens, step, e, a, p = stepped(key, rate, period, burst)
     local missing = burst - tokens
     if delta < 0 then

@@ -158,6 +158,20 @@ local function general()
     return e, a, p
   end
 
+  -- in_force returns the numbers key's hash holds under fields when it has
+  -- them all, else the defaults given: the parameters a bucket's state
+  -- counts in. A settlement counts in them, the limit in force, so that a
+  -- reservation made before a change of the limit neither refills nor
+  -- drains the state at its old rate: its refund finds no epoch of its own
+  -- and gives nothing back; a charge counts as the limit in force counts.
+  local function in_force(key, fields, ...)
+    local s, out = redis.call('HMGET', key, unpack(fields)), {}
+    for i = 1, #fields do
+      if not s[i] then return ... end
+      out[i] = tonumber(s[i])
+    end
+    return unpack(out)
+  end
   -- held returns the units a reservation whose events end at position m of
   -- epoch `epoch` may still take back, given the meter's backlog, position
   -- a, epoch e and refunds p.
@@ -292,6 +306,8 @@ local function general()
   -- settle: a charge, up to debt µs past full, or a refund (settle_meter).
   algorithms.gcra.settle = function(key, delta, at, reset, mark, epoch, debt)
     local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+    local u, d = string.match(redis.call('GET', key) or '', '^-?%d+:%d+:-?%d+:(%d+):(%d+):') -- in force (meter.lua)
+    if u then unit, drip = tonumber(u), tonumber(d) end
     local backlog, f, e, a, p = gcra_state(key, unit, drip)
     backlog, f, e, a, p = settle_meter(delta, unit, drip, math.min(max_units, (burst * unit) + debt * drip),
       backlog, f, e, a, p, reset, mark, epoch)

@@ -125,6 +125,20 @@ local function general()
     return e, a, p
   end
 
+  -- in_force returns the numbers key's hash holds under fields when it has
+  -- them all, else the defaults given: the parameters a bucket's state
+  -- counts in. A settlement counts in them, the limit in force, so that a
+  -- reservation made before a change of the limit neither refills nor
+  -- drains the state at its old rate: its refund finds no epoch of its own
+  -- and gives nothing back; a charge counts as the limit in force counts.
+  local function in_force(key, fields, ...)
+    local s, out = redis.call('HMGET', key, unpack(fields)), {}
+    for i = 1, #fields do
+      if not s[i] then return ... end
+      out[i] = tonumber(s[i])
+    end
+    return unpack(out)
+  end
   -- held returns the units a reservation whose events end at position m of
   -- epoch `epoch` may still take back, given the meter's backlog, position
   -- a, epoch e and refunds p.
@@ -269,7 +283,8 @@ local function general()
   -- gcra.lua's settle counts them). A shaping bucket's queue behind the refunded events moves
   -- up; the Delay already given is not changed.
   local function leak_settle(key, delta, at, reset, mark, epoch, debt)
-    local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+    local unit, drip, burst = in_force(key, {'u', 'd', 'k'}, tonumber(ARGV[at]), tonumber(ARGV[at + 1]),
+      tonumber(ARGV[at + 2]))
     local level, last, e, a, p = level_of(key, unit, drip, burst)
     local f -- a leaky bucket has no floor
     level, f, e, a, p = settle_meter(delta, unit, drip, math.min(max_units, burst * unit + debt * drip),

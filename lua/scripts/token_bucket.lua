@@ -160,6 +160,20 @@ local function general()
     return e, a, p
   end
 
+  -- in_force returns the numbers key's hash holds under fields when it has
+  -- them all, else the defaults given: the parameters a bucket's state
+  -- counts in. A settlement counts in them, the limit in force, so that a
+  -- reservation made before a change of the limit neither refills nor
+  -- drains the state at its old rate: its refund finds no epoch of its own
+  -- and gives nothing back; a charge counts as the limit in force counts.
+  local function in_force(key, fields, ...)
+    local s, out = redis.call('HMGET', key, unpack(fields)), {}
+    for i = 1, #fields do
+      if not s[i] then return ... end
+      out[i] = tonumber(s[i])
+    end
+    return unpack(out)
+  end
   -- held returns the units a reservation whose events end at position m of
   -- epoch `epoch` may still take back, given the meter's backlog, position
   -- a, epoch e and refunds p.
@@ -287,7 +301,8 @@ local function general()
   end}
   -- settle: a charge, up to debt µs in debt, or a refund (settle_meter) of missing tokens.
   algorithms.token_bucket.settle = function(key, delta, at, reset, mark, epoch, debt)
-    local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+    local unit, drip, burst = in_force(key, {'u', 'd', 'k'}, tonumber(ARGV[at]), tonumber(ARGV[at + 1]),
+      tonumber(ARGV[at + 2]))
     local full = burst * unit
     local credit, last, f, e, a, p = credit_of(key, unit, drip, burst, full)
     local backlog

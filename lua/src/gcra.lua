@@ -75,6 +75,8 @@ end}
 -- settle: a charge, up to debt µs past full, or a refund (settle_meter).
 algorithms.gcra.settle = function(key, delta, at, reset, mark, epoch, debt)
   local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+  local u, d = string.match(redis.call('GET', key) or '', '^-?%d+:%d+:-?%d+:(%d+):(%d+):') -- in force (meter.lua)
+  if u then unit, drip = tonumber(u), tonumber(d) end
   local backlog, f, e, a, p = gcra_state(key, unit, drip)
   backlog, f, e, a, p = settle_meter(delta, unit, drip, math.min(max_units, (burst * unit) + debt * drip),
     backlog, f, e, a, p, reset, mark, epoch)

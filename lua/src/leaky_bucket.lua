@@ -85,7 +85,8 @@ end}
 -- gcra.lua's settle counts them). A shaping bucket's queue behind the refunded events moves
 -- up; the Delay already given is not changed.
 local function leak_settle(key, delta, at, reset, mark, epoch, debt)
-  local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+  local unit, drip, burst = in_force(key, {'u', 'd', 'k'}, tonumber(ARGV[at]), tonumber(ARGV[at + 1]),
+    tonumber(ARGV[at + 2]))
   local level, last, e, a, p = level_of(key, unit, drip, burst)
   local f -- a leaky bucket has no floor
   level, f, e, a, p = settle_meter(delta, unit, drip, math.min(max_units, burst * unit + debt * drip),

@@ -43,6 +43,20 @@ local function restart(backlog, e, a, p)
   return e, a, p
 end
 
+-- in_force returns the numbers key's hash holds under fields when it has
+-- them all, else the defaults given: the parameters a bucket's state
+-- counts in. A settlement counts in them, the limit in force, so that a
+-- reservation made before a change of the limit neither refills nor
+-- drains the state at its old rate: its refund finds no epoch of its own
+-- and gives nothing back; a charge counts as the limit in force counts.
+local function in_force(key, fields, ...)
+  local s, out = redis.call('HMGET', key, unpack(fields)), {}
+  for i = 1, #fields do
+    if not s[i] then return ... end
+    out[i] = tonumber(s[i])
+  end
+  return unpack(out)
+end
 -- held returns the units a reservation whose events end at position m of
 -- epoch `epoch` may still take back, given the meter's backlog, position
 -- a, epoch e and refunds p.

@@ -68,7 +68,8 @@ algorithms.token_bucket = {args = 3, kind = 'hash', decide = function(key, cost,
 end}
 -- settle: a charge, up to debt µs in debt, or a refund (settle_meter) of missing tokens.
 algorithms.token_bucket.settle = function(key, delta, at, reset, mark, epoch, debt)
-  local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+  local unit, drip, burst = in_force(key, {'u', 'd', 'k'}, tonumber(ARGV[at]), tonumber(ARGV[at + 1]),
+    tonumber(ARGV[at + 2]))
   local full = burst * unit
   local credit, last, f, e, a, p = credit_of(key, unit, drip, burst, full)
   local backlog

@@ -54,7 +54,8 @@ end}
 -- be, and puts refunded ones back as far as the bucket still misses them
 -- (meter.lua: its steps drain the queue of missing tokens).
 algorithms.token_bucket_stepped.settle = function(key, delta, at, reset, mark, epoch, debt)
-  local rate, period, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+  local period = tonumber(ARGV[at + 1]) -- part of the key's name: never changed under it
+  local rate, burst = in_force(key, {'r', 'k'}, tonumber(ARGV[at]), tonumber(ARGV[at + 2]))
   local tokens, step, e, a, p = stepped(key, rate, period, burst)
   local missing = burst - tokens
   if delta < 0 then
