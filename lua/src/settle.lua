@@ -15,7 +15,7 @@
 --         may leave (µs past the limit's full allowance coming back), the
 --         name of its algorithm and its arguments, as for the decision.
 -- Reply   {1}.
-local settle_width = 6 -- arguments per limit before its algorithm's name (wire.go's settleWidth)
+local settle_width = 6 -- arguments per limit before its algorithm's name (wire.AppendSettled's)
 
 local function settle(k, n, at)
   now, rid, reserved = clock(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2])
