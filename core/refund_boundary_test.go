@@ -297,3 +297,22 @@ func TestDebtBoundedByDefault(t *testing.T) {
 		})
 	}
 }
+
+// TestGCRAReadsEarlierLongForm: a GCRA key in the long form of the
+// version before epochs ("t:q:f:b:a p", a reservation's or prefetch's,
+// as a rolling deploy leaves it) is read with its backlog: half a second
+// of 10/s is 5 events held, so one more leaves 4, not the 9 of an empty
+// key.
+func TestGCRAReadsEarlierLongForm(t *testing.T) {
+	t.Parallel()
+	f := newFakeWorld(t, backends[0])
+	l := core.Limit{Algorithm: core.GCRA, Rate: 10, Period: time.Second}
+	tat := f.now.Add(500 * time.Millisecond).UnixMicro()
+	if err := f.admin.Set(context.Background(), stateKey(f.pfx, "k", l), fmt.Sprintf("%d:0:0:100000:5 7:3", tat), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.lim.Allow(context.Background(), "k", l)
+	if err != nil || !res.Allowed || res.Remaining != 4 {
+		t.Fatalf("%+v, %v; want allowed, 4 remaining", res, err)
+	}
+}

@@ -27,9 +27,9 @@ local function gcra_state(key, unit, drip)
   local t, q, f, u, d, h, e, a, p = tonumber(raw), 0, 0, unit, drip, now, 0, 0, ''
   if raw and not t then
     t, q, f, u, d, h, e, a, p = string.match(raw, '^(-?%d+):(%d+):(-?%d+):(%d+):(%d+):(-?%d+):(%d+):(%d+) ?(.*)$')
-    if not t then
-      t, q = string.match(raw, '^(-?%d+):(%d+)$')
-      f, u, d, h, e, a, p = 0, unit, drip, now, 0, 0, ''
+    if not t then -- "t:q", or an earlier version's long form ("t:q:f:b:a p"): its TAT and floor
+      t, q, f = string.match(raw, '^(-?%d+):(%d+):?(-?%d*)')
+      f, u, d, h, e, a, p = tonumber(f) or 0, unit, drip, now, 0, 0, ''
     end
   end
   if not t then t, q = now, 0 end -- none, or unreadable: as none
