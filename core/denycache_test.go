@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -226,33 +227,39 @@ func TestDenyCacheFlood(t *testing.T) {
 
 // TestDenyCacheEntrySize measures the memory an entry takes, which the
 // DefaultDenyCacheKeys documentation quotes. It runs alone (no
-// t.Parallel): the heap it reads is the process's.
+// t.Parallel), but the heap it reads is the process's, where earlier
+// tests' goroutines may still free memory: it measures three times, on
+// fresh keys, and takes the median.
 func TestDenyCacheEntrySize(t *testing.T) {
 	m := miniredis.RunT(t)
 	clock := &fakeClock{now: t0}
 	lim := core.New(redis.NewClient(&redis.Options{Addr: m.Addr()}), core.WithClock(clock.Now), patient)
 	const n = 2000
 	l := core.PerHour(1)
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("user:%034d", i) // a 40-byte identity
-		allowN(t, lim, keys[i], l, 1)
+	var per []float64
+	for round := range 3 {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("user:%d:%032d", round, i) // a 40-byte identity
+			allowN(t, lim, keys[i], l, 1)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for _, k := range keys {
+			allowN(t, lim, k, l, 1)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if got := lim.DenyCacheLen(); got != n*(round+1) {
+			t.Fatalf("%d entries, want %d", got, n*(round+1))
+		}
+		per = append(per, (float64(after.HeapAlloc)-float64(before.HeapAlloc))/n)
 	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for _, k := range keys {
-		allowN(t, lim, k, l, 1)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	if got := lim.DenyCacheLen(); got != n {
-		t.Fatalf("%d entries, want %d", got, n)
-	}
-	per := float64(after.HeapAlloc-before.HeapAlloc) / n
-	t.Logf("%.0f bytes per deny cache entry (40-byte identity)", per)
-	if per > 600 {
-		t.Errorf("%.0f bytes per entry; DefaultDenyCacheKeys's documentation says about 450", per)
+	slices.Sort(per)
+	t.Logf("%.0f bytes per deny cache entry (40-byte identity; rounds %.0f)", per[1], per)
+	if per[1] <= 0 || per[1] > 600 {
+		t.Errorf("%.0f bytes per entry; docs/engine.md says about 500–550", per[1])
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 const DefaultTimeout = 100 * time.Millisecond
 
 // DefaultDenyCacheKeys is how many denied decisions a Limiter remembers
-// unless WithDenyCache says otherwise: at most about 5 MB.
+// unless WithDenyCache says otherwise: at most about 5.5 MB.
 const DefaultDenyCacheKeys = 10_000
 
 // Defaults of the options without a constant of their own.
