@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -98,7 +97,7 @@ func (s *Server) WatchConfig(ctx context.Context, dir string, opts ConfigOptions
 		interval = time.Second
 	}
 	interval = max(interval, 10*time.Millisecond)
-	last, _ := fingerprint(dir)
+	last, _ := fingerprint(dir, opts)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -107,7 +106,7 @@ func (s *Server) WatchConfig(ctx context.Context, dir string, opts ConfigOptions
 			return ctx.Err()
 		case <-t.C:
 		}
-		fp, err := fingerprint(dir)
+		fp, err := fingerprint(dir, opts)
 		if err != nil || fp == last {
 			continue
 		}
@@ -122,28 +121,23 @@ func (s *Server) WatchConfig(ctx context.Context, dir string, opts ConfigOptions
 	}
 }
 
-// fingerprint hashes the names, sizes and modification times of dir's
-// configuration files: a change of any is a change of the configuration.
-func fingerprint(dir string) (uint64, error) {
-	entries, err := os.ReadDir(dir)
+// fingerprint hashes the paths, sizes and modification times of dir's
+// configuration files, and where each symbolic link among them points: a
+// change of any (a Kubernetes ConfigMap's ..data link swapped to a new
+// directory included) is a change of the configuration.
+func fingerprint(dir string, opts ConfigOptions) (uint64, error) {
+	paths, err := configFiles(dir, opts)
 	if err != nil {
 		return 0, err
 	}
 	h := fnv.New64a()
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
-			continue
-		}
-		info, err := os.Stat(filepath.Join(dir, name))
+	for _, path := range paths {
+		info, err := os.Stat(path)
 		if err != nil {
 			return 0, err
 		}
-		fmt.Fprintf(h, "%s\x00%d\x00%d\x00", name, info.Size(), info.ModTime().UnixNano())
+		target, _ := filepath.EvalSymlinks(path)
+		fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00", path, target, info.Size(), info.ModTime().UnixNano())
 	}
 	return h.Sum64(), nil
 }

@@ -118,10 +118,11 @@ func (n *node) child(key, value string) (*node, string, string) {
 	if c := n.exact[entry{key, value}]; c != nil {
 		return c, value, value
 	}
-	for _, w := range n.wildcards {
-		if w.key == key && strings.HasPrefix(value, w.prefix) {
+	for i := range n.wildcards {
+		w := &n.wildcards[i]
+		if w.key == key && w.match(value) {
 			if w.share {
-				return w.node, w.prefix + "*", w.prefix + "*"
+				return w.node, w.pattern, w.pattern
 			}
 			return w.node, value, value
 		}
