@@ -613,8 +613,8 @@ descriptors:
 	}
 }
 
-// TestShadowMode: a rule in shadow_mode or quota_mode answers OK, its
-// count kept; the global ShadowMode answers OK overall, the statuses
+// TestShadowMode: a rule in shadow_mode answers OK, its count kept (one
+// in quota_mode denies when it is the only one); the global ShadowMode answers OK overall, the statuses
 // still saying OVER_LIMIT, and a request Envoy lets through stays
 // charged.
 func TestShadowMode(t *testing.T) {
@@ -637,7 +637,7 @@ descriptors:
 	clk := newClock()
 	c := serve(t, yamlServer(t, clk.limiter(rdb), doc, envoyrls.Options{}))
 	want(t, "shadow_mode", overall(t, c, 3, "d", desc("soft", "a")), "OK OK OK")
-	want(t, "quota_mode", overall(t, c, 3, "d", desc("quota", "a")), "OK OK OK")
+	want(t, "quota_mode, alone", overall(t, c, 3, "d", desc("quota", "a")), "OK OVER_LIMIT OVER_LIMIT")
 	if st := ask(t, c, "d", desc("soft", "a")).GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OK || st.GetLimitRemaining() != 0 || st.GetCurrentLimit() == nil {
 		t.Errorf("shadow status %v", st)
 	}
@@ -706,4 +706,67 @@ func TestObserve(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	want(t, "observed", strings.Join(seen, ", "), "example8.key1_unspecified allowed, example8.key1_value1 allowed, messaging.to_number allowed, edge_proxy_per_ip.remote_address_50.0.0.5 denied")
+}
+
+// statusText writes an answer as "OVERALL [code rpu/UNIT:name rem]...".
+func statusText(r *rlsv3.RateLimitResponse) string {
+	s := r.GetOverallCode().String()
+	for _, st := range r.GetStatuses() {
+		s += " [" + st.GetCode().String()
+		if l := st.GetCurrentLimit(); l != nil {
+			s += fmt.Sprintf(" %d/%s:%s", l.GetRequestsPerUnit(), l.GetUnit(), l.GetName())
+		}
+		s += fmt.Sprintf(" %d]", st.GetLimitRemaining())
+	}
+	return s
+}
+
+// TestQuotaMode: descriptors in quota_mode deny the request only when
+// every one of them is over its limit, as the reference server decides
+// (its examples/ratelimit/config/example.yaml and
+// integration-test/scripts/quota.sh); each over-limit status says so.
+func TestQuotaMode(t *testing.T) {
+	t.Parallel()
+	const doc = `
+domain: rl
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: service
+    value: service_2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`
+	c := serve(t, yamlServer(t, newClock().limiter(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})), doc, envoyrls.Options{}))
+	both := []*ratelimitv3.RateLimitDescriptor{desc("service", "service_1"), desc("service", "service_2")}
+	want(t, "first", statusText(ask(t, c, "rl", both...)), "OK [OK 1/MINUTE: 0] [OK 2/MINUTE: 1]")
+	want(t, "second: service_2 has quota left", statusText(ask(t, c, "rl", both...)), "OK [OVER_LIMIT 1/MINUTE: 0] [OK 2/MINUTE: 0]")
+	want(t, "third: both over", statusText(ask(t, c, "rl", both...)), "OVER_LIMIT [OVER_LIMIT 1/MINUTE: 0] [OVER_LIMIT 2/MINUTE: 0]")
+	// The one descriptor in quota mode is over: the request is (the
+	// user's charge refunded).
+	want(t, "with a user", statusText(ask(t, c, "rl", desc("service", "service_1"), desc("user", "u"))), "OVER_LIMIT [OVER_LIMIT 1/MINUTE: 0] [OK 10/MINUTE: 10]")
+	// A descriptor not in quota mode denies alone.
+	want(t, "service_2 and a user", statusText(ask(t, c, "rl", desc("service", "service_2"), desc("user", "u"))), "OVER_LIMIT [OVER_LIMIT 2/MINUTE: 0] [OK 10/MINUTE: 10]")
+}
+
+// TestOverride: a request's limit override applies whatever the
+// configuration says of the descriptor, unlimited included, under no
+// name, as the reference server applies it (its test/config
+// TestConfigLimitOverride, basic_config.yaml's key6); a domain the
+// configuration does not have limits nothing.
+func TestOverride(t *testing.T) {
+	t.Parallel()
+	c := serve(t, newServer(t, newClock().limiter(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})), "testdata/reference", envoyrls.Options{}))
+	over := func(d *ratelimitv3.RateLimitDescriptor, rpu uint32, unit typev3.RateLimitUnit) *ratelimitv3.RateLimitDescriptor {
+		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
+		return d
+	}
+	want(t, "key6 unlimited, overridden", statusText(ask(t, c, "test-domain", over(desc("key6", "x"), 1, typev3.RateLimitUnit_MINUTE))), "OK [OK 1/MINUTE: 0]")
+	want(t, "key6 again", statusText(ask(t, c, "test-domain", over(desc("key6", "x"), 1, typev3.RateLimitUnit_MINUTE))), "OVER_LIMIT [OVER_LIMIT 1/MINUTE: 0]")
+	want(t, "key4 named, overridden", statusText(ask(t, c, "test-domain", over(desc("key4", "x"), 10, typev3.RateLimitUnit_DAY))), "OK [OK 10/DAY: 9]")
+	want(t, "unknown domain", statusText(ask(t, c, "foo_domain", over(desc("key4", "x"), 10, typev3.RateLimitUnit_DAY))), "OK [OK 0]")
 }
