@@ -101,7 +101,11 @@ func (s *Server) decide(ctx context.Context, v *verdict, refundable bool) {
 // left of it.
 func (s *Server) decideAligned(ctx context.Context, v *verdict, refundable bool) {
 	v.cost[0] = v.hits
-	d, err := s.lim.Decide(ctx, &core.Request{Key: v.key, Limits: v.lims[:], Costs: v.cost[:], TakeRest: takeRest, Reserve: refundable})
+	q := core.Request{Key: v.key, Limits: v.lims[:], Costs: v.cost[:], TakeRest: takeRest, Reserve: refundable}
+	if v.hits == 0 { // a read: nothing to take
+		q.TakeRest = nil
+	}
+	d, err := s.lim.Decide(ctx, &q)
 	if v.err = err; err != nil {
 		return
 	}

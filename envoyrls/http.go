@@ -26,7 +26,8 @@ const maxJSONBody = 1 << 20
 // "v"}]}]}) is answered with the RateLimitResponse in the same form,
 // with status 200, 429 when it is OVER_LIMIT, 400 for a request that
 // cannot be read or decided, 503 when the decision failed under
-// FailClosed.
+// FailClosed or no configuration is loaded (with Options.Reference, 400
+// for every error, as the reference server answers).
 func (s *Server) JSONHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -45,7 +46,11 @@ func (s *Server) JSONHandler() http.Handler {
 			return
 		}
 		resp, err := s.ShouldRateLimit(r.Context(), &req)
-		if err != nil {
+		switch {
+		case err != nil && s.opts.Reference: // the reference's answer to every error
+			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			return
+		case err != nil:
 			code := http.StatusBadRequest
 			if st, ok := status.FromError(err); ok && st.Code() != codes.InvalidArgument {
 				code = http.StatusServiceUnavailable
