@@ -901,3 +901,78 @@ descriptors:
 		}
 	}
 }
+
+// TestDynamicMetadata: with Options.DynamicMetadata the answer carries
+// the reference server's dynamic metadata: the request, and the metadata
+// of the rules of the descriptors that passed, the first one's name
+// winning (its integration-test/scripts/multiservice-tokenquota.sh:
+// Envoy routes to the service with quota left).
+func TestDynamicMetadata(t *testing.T) {
+	t.Parallel()
+	const doc = `
+domain: rl
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata:
+      service_with_quota:
+        name: "service_1"
+  - key: service
+    value: service_2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+    metadata:
+      service_with_quota:
+        name: "service_2"
+`
+	for _, ref := range []bool{false, true} {
+		clk := newClock()
+		opts := envoyrls.Options{DynamicMetadata: true}
+		var c rlsv3.RateLimitServiceClient
+		if ref {
+			c = refServer(t, clk, doc, opts)
+		} else {
+			c = serve(t, yamlServer(t, clk.limiter(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})), doc, opts))
+		}
+		read := func(value string) *ratelimitv3.RateLimitDescriptor {
+			d := desc("service", value)
+			d.HitsAddend = wrapperspb.UInt64(0)
+			return d
+		}
+		name := func() string {
+			r := ask(t, c, "rl", read("service_1"), read("service_2"))
+			md := r.GetDynamicMetadata()
+			if md.GetFields()["domain"].GetStringValue() != "rl" || len(md.GetFields()["descriptors"].GetListValue().GetValues()) != 2 {
+				t.Errorf("metadata %v", md)
+			}
+			return r.GetOverallCode().String() + " " + md.GetFields()["metadata"].GetStructValue().GetFields()["service_with_quota"].GetStructValue().GetFields()["name"].GetStringValue()
+		}
+		want(t, fmt.Sprint("reference ", ref, ": both have quota"), name(), "OK service_1")
+		ask(t, c, "rl", desc("service", "service_1"))
+		want(t, fmt.Sprint("reference ", ref, ": service_1 spent"), name(), "OK service_1")
+		// A charge past the limit: the reference counts it, so service_1
+		// is over; redlimit's engine denies it and counts nothing, so a
+		// read still passes (docs/envoy.md, "A denial counts nothing").
+		ask(t, c, "rl", desc("service", "service_1"))
+		want(t, fmt.Sprint("reference ", ref, ": service_1 charged past its limit"), name(), map[bool]string{false: "OK service_1", true: "OK service_2"}[ref])
+	}
+}
+
+// TestGlobalQuotaMode: Options.QuotaMode (QUOTA_MODE) puts every
+// descriptor in quota mode, as the reference's TestServiceGlobalQuotaMode.
+func TestGlobalQuotaMode(t *testing.T) {
+	t.Parallel()
+	c := serve(t, yamlServer(t, newClock().limiter(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})), `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`, envoyrls.Options{QuotaMode: true}))
+	ask(t, c, "d", desc("a", "x"))
+	want(t, "a over, b not", statusText(ask(t, c, "d", desc("a", "x"), desc("b", "x"))), "OK [OVER_LIMIT 1/MINUTE: 0] [OK 5/MINUTE: 4]")
+	want(t, "a over alone", statusText(ask(t, c, "d", desc("a", "x"))), "OVER_LIMIT [OVER_LIMIT 1/MINUTE: 0]")
+}
