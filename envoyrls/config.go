@@ -593,3 +593,34 @@ func yamlValue(n *yaml.Node) (*structpb.Value, error) {
 	}
 	return structpb.NewStringValue(n.Value), nil
 }
+
+// String writes the configuration's rules, one a line, as the reference
+// server's /rlconfig writes them: where each is in the configuration,
+// its unit and requests_per_unit, its shadow_mode and quota_mode; sorted.
+func (c *Config) String() string {
+	var lines []string
+	var walk func(n *node)
+	walk = func(n *node) {
+		if r := n.rule; r != nil {
+			unit := strings.ToUpper(string(r.unit))
+			if r.unlimited {
+				unit = "UNKNOWN"
+			}
+			lines = append(lines, fmt.Sprintf("%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n", r.path, unit, r.rate, r.shadow, r.quota))
+		}
+		for _, m := range n.exact {
+			walk(m)
+		}
+		for _, m := range n.anyValue {
+			walk(m)
+		}
+		for _, w := range n.wildcards {
+			walk(w.node)
+		}
+	}
+	for _, d := range c.domains {
+		walk(d)
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "")
+}
