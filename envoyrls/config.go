@@ -63,6 +63,7 @@ type ConfigOptions struct {
 type Config struct {
 	domains map[string]*node
 	rules   int
+	version uint64 // LoadConfig's: the files' fingerprint before it read them
 }
 
 // Domains returns the names of the configured domains, sorted.
@@ -229,6 +230,7 @@ type yamlReplaces struct {
 // the reference server reads them. Without AllFiles, a directory without
 // such a file is an error: an empty configuration would limit nothing.
 func LoadConfig(dir string, opts ConfigOptions) (*Config, error) {
+	version, _ := fingerprint(dir, opts)
 	paths, err := configFiles(dir, opts)
 	if err != nil {
 		return nil, err
@@ -244,7 +246,11 @@ func LoadConfig(dir string, opts ConfigOptions) (*Config, error) {
 		}
 		files = append(files, File{Name: path, Data: data})
 	}
-	return ParseConfig(files, opts)
+	c, err := ParseConfig(files, opts)
+	if c != nil {
+		c.version = version
+	}
+	return c, err
 }
 
 // configFiles returns the paths of the configuration files of dir that

@@ -89,20 +89,28 @@ func (s *Server) HealthHandler() http.Handler {
 func (s *Server) SetHealthy(ok bool) { s.healthy.Store(ok) }
 
 // WatchConfig reloads the configuration from dir (as LoadConfig reads
-// it) whenever its files change after WatchConfig starts (a name, a size
-// or a modification time), checking every interval (at least 10 ms; 0
-// means 1 s), until ctx ends; it returns ctx's error. A change
+// it) whenever its files change (a name, a size, a modification time or
+// where a symbolic link points) from those the configuration in use was
+// loaded from (by LoadConfig; else from those when WatchConfig starts;
+// with none in use, it loads at once), checking every interval (at least
+// 10 ms; 0 means 1 s), until ctx ends; it returns ctx's error. A change
 // that does not load is logged and the configuration in use stays, until
 // the files change again. State is kept as SetConfig keeps it.
-// WatchConfig reads files only: the Server's current configuration is
-// the one it was given, whatever dir held then. Run it in a goroutine of
-// its own.
+// Run it in a goroutine of its own.
 func (s *Server) WatchConfig(ctx context.Context, dir string, opts ConfigOptions, interval time.Duration) error {
 	if interval == 0 {
 		interval = time.Second
 	}
 	interval = max(interval, 10*time.Millisecond)
-	last, _ := fingerprint(dir, opts)
+	// The files' version the configuration in use was read from; none
+	// (or one not read from files) is tried on the first tick.
+	var last uint64
+	if c := s.config.Load(); c != nil {
+		last = c.version
+		if last == 0 {
+			last, _ = fingerprint(dir, opts)
+		}
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

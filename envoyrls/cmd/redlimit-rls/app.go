@@ -208,6 +208,16 @@ func (a *app) debugMux() http.Handler {
 	return mux
 }
 
+// promMux returns the handler of USE_PROMETHEUS's listener: the metrics
+// at PROMETHEUS_PATH.
+func (a *app) promMux() http.Handler {
+	mux := http.NewServeMux()
+	if a.reg != nil && a.s.metrics.promPath != "" {
+		mux.Handle(a.s.metrics.promPath, promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	}
+	return mux
+}
+
 // serve serves until ctx ends or a server fails, then stops: health
 // fails at once, requests in flight get at most 10 s.
 func (a *app) serve(ctx context.Context) error {
@@ -220,19 +230,20 @@ func (a *app) serve(ctx context.Context) error {
 		l.close()
 		return err
 	}
-	servers := []*http.Server{{Handler: a.mux(), ReadHeaderTimeout: 10 * time.Second}}
-	errs := make(chan error, 4)
+	// Each HTTP listener and its handler.
+	serve := []struct {
+		ln net.Listener
+		h  http.Handler
+	}{{l.http, a.mux()}, {l.debug, a.debugMux()}, {l.prom, a.promMux()}}
+	errs := make(chan error, len(serve)+1)
 	go func() { errs <- gs.Serve(l.grpc) }()
-	go func() { errs <- servers[0].Serve(l.http) }()
-	if l.debug != nil {
-		servers = append(servers, &http.Server{Handler: a.debugMux(), ReadHeaderTimeout: 10 * time.Second})
-		go func(hs *http.Server) { errs <- hs.Serve(l.debug) }(servers[len(servers)-1])
-	}
-	if l.prom != nil {
-		mux := http.NewServeMux()
-		mux.Handle(a.s.metrics.promPath, promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
-		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second})
-		go func(hs *http.Server) { errs <- hs.Serve(l.prom) }(servers[len(servers)-1])
+	var servers []*http.Server
+	for _, sv := range serve {
+		if sv.ln != nil {
+			hs := &http.Server{Handler: sv.h, ReadHeaderTimeout: 10 * time.Second}
+			servers = append(servers, hs)
+			go func() { errs <- hs.Serve(sv.ln) }()
+		}
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
