@@ -27,6 +27,8 @@ func (s *Server) decideAll(ctx context.Context, vs []verdict) {
 		switch {
 		case v.aligned:
 			decide = append(decide, i)
+		case v.rate == 0 && v.hits == 0: // a read of a limit of 0: nothing to deny
+			v.res = core.Result{Limit: v.limit, Allowed: true}
 		case v.rate == 0: // requests_per_unit 0 denies every request
 			p := v.limit.Period
 			v.res = core.Result{Limit: v.limit, RetryAfter: p, ResetAfter: p, NextAfter: p}
