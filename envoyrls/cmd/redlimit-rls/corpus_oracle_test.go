@@ -125,4 +125,3 @@ func waitForListener(t *testing.T, addr string, log *strings.Builder) {
 	}
 	t.Fatalf("the reference server does not listen on %s:\n%s", addr, log.String())
 }
-
