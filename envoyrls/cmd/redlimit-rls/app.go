@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
 	"strings"
 	"time"
 
@@ -159,7 +160,11 @@ func (a *app) listen() (*listeners, error) {
 // health service, with the reference's connection ages, over TLS when
 // GRPC_SERVER_USE_TLS.
 func (a *app) grpcServer() (*grpc.Server, error) {
-	opts := []grpc.ServerOption{grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: a.s.maxConnAge, MaxConnectionAgeGrace: a.s.maxConnAgeGrace})}
+	opts := []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: a.s.maxConnAge, MaxConnectionAgeGrace: a.s.maxConnAgeGrace}),
+		// Requests served by a pool of goroutines, not one started for each.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+	}
 	if a.s.grpcTLS.on {
 		c, err := serverTLS(a.s.grpcTLS)
 		if err != nil {
