@@ -37,7 +37,8 @@
 //	-failure POLICY   REDLIMIT_FAILURE: open (default) or closed (the
 //	                  default with -compat reference)
 //	-prefix PREFIX    CACHE_KEY_PREFIX (default "redlimit:")
-//	-timeout D        REDLIMIT_TIMEOUT: bound on one decision (default 100ms)
+//	-timeout D        REDLIMIT_TIMEOUT: bound on one decision (default 100ms;
+//	                  with -compat reference, REDIS_TIMEOUT's 10s)
 //	-reload D         REDLIMIT_RELOAD: how often the config directory is
 //	                  checked for changes (default 1s)
 //	-charge-denied B  REDLIMIT_CHARGE_DENIED or the reference's

@@ -220,3 +220,27 @@ func TestParse(t *testing.T) {
 		t.Error("an argument accepted")
 	}
 }
+
+// TestCompatTimeout: with -compat reference a decision waits for Redis
+// as long as the reference's REDIS_TIMEOUT says (10 s by default), unless
+// REDLIMIT_TIMEOUT or -timeout says otherwise; the default mode's bound
+// is 100 ms.
+func TestCompatTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want time.Duration
+	}{
+		{nil, nil, 100 * time.Millisecond},
+		{[]string{"REDLIMIT_COMPAT=reference"}, nil, 10 * time.Second},
+		{[]string{"REDLIMIT_COMPAT=reference", "REDIS_TIMEOUT=3s"}, nil, 3 * time.Second},
+		{[]string{"REDLIMIT_COMPAT=reference", "REDLIMIT_TIMEOUT=50ms"}, nil, 50 * time.Millisecond},
+		{[]string{"REDLIMIT_COMPAT=reference"}, []string{"-timeout", "1s"}, time.Second},
+	} {
+		s, err := parse(tc.args, envOf(tc.env), io.Discard)
+		if err != nil || s.timeout != tc.want {
+			t.Errorf("%v %v: timeout %v (%v), want %v", tc.env, tc.args, s.timeout, err, tc.want)
+		}
+	}
+}

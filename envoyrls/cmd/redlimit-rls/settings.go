@@ -22,6 +22,7 @@ type settings struct {
 	headers, failure, prefix, level   string
 	compat                            string // "redlimit" or "reference"
 	timeout, reload                   time.Duration
+	timeoutSet                        bool // by -timeout or REDLIMIT_TIMEOUT
 	ignoreDotFiles                    bool
 	requireConfig                     bool // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
 	logJSON                           bool
@@ -123,6 +124,11 @@ func parseFlags(args []string, e env, stderr io.Writer) (settings, error) {
 	if fs.NArg() > 0 {
 		return s, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	timeoutSet := false
+	fs.Visit(func(f *flag.Flag) { timeoutSet = timeoutSet || f.Name == "timeout" })
+	if _, ok := e.lookup("REDLIMIT_TIMEOUT"); ok || timeoutSet {
+		s.timeoutSet = true
+	}
 	return s, s.resolveModes(e, chargeDenied)
 }
 
@@ -135,6 +141,13 @@ func (s *settings) resolveModes(e env, chargeDenied string) error {
 	}
 	if s.failure == "" {
 		s.failure = map[bool]string{false: "open", true: "closed"}[ref]
+	}
+	if ref && !s.timeoutSet { // the reference waits for Redis as long as REDIS_TIMEOUT says
+		d, err := envDuration(e, "REDIS_TIMEOUT", 10*time.Second)
+		if err != nil {
+			return err
+		}
+		s.timeout = d
 	}
 	if ref && s.headers != "" {
 		return errors.New("REDLIMIT_HEADERS (-headers) with REDLIMIT_COMPAT=reference: the reference's fields are LIMIT_RESPONSE_HEADERS_ENABLED's; unset one")
