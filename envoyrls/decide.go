@@ -100,8 +100,18 @@ func (s *Server) decide(ctx context.Context, v *verdict, refundable bool) {
 // decideAligned decides an aligned verdict (align): the hits are
 // charged, or what is left of the window's rate+1 when they do not fit;
 // the status is OK while the count is within the limit, and says what is
-// left of it.
+// left of it. Hits that fit are one AllowN (the engine's plainest call);
+// only hits that do not, with something left, take the rest in a second.
 func (s *Server) decideAligned(ctx context.Context, v *verdict, refundable bool) {
+	headroom := v.limit.Rate - v.rate // 1, or 0 for a limit of 4294967295
+	if !refundable {
+		v.res, v.err = s.lim.AllowN(ctx, v.key, v.limit, v.hits)
+		if v.err != nil || v.res.Allowed || v.res.Remaining == 0 {
+			v.ok = v.err == nil && v.res.Allowed && v.res.Remaining >= headroom
+			v.remaining = max(v.res.Remaining-headroom, 0)
+			return
+		}
+	}
 	v.cost[0] = v.hits
 	q := core.Request{Key: v.key, Limits: v.lims[:], Costs: v.cost[:], TakeRest: takeRest, Reserve: refundable}
 	if v.hits == 0 { // a read: nothing to take
@@ -112,7 +122,6 @@ func (s *Server) decideAligned(ctx context.Context, v *verdict, refundable bool)
 		return
 	}
 	v.res = d.Result
-	headroom := v.limit.Rate - v.rate // 1, or 0 for a limit of 4294967295
 	v.ok = d.Allowed && v.cost[0] == v.hits && d.Remaining >= headroom
 	if v.ok {
 		v.remaining = d.Remaining - headroom
