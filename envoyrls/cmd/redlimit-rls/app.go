@@ -267,7 +267,8 @@ func (a *app) serve(ctx context.Context) error {
 	return nil
 }
 
-// logServing says where the program serves, and what.
+// logServing says where the program serves, and what, at level warn as
+// the reference does, so that its default level (warn) shows it.
 func (a *app) logServing(l *listeners) {
 	attrs := []any{"grpc", l.grpc.Addr().String(), "http", l.http.Addr().String()}
 	if l.debug != nil {
@@ -280,7 +281,7 @@ func (a *app) logServing(l *listeners) {
 	if c := a.srv.Config(); c != nil {
 		attrs = append(attrs, "domains", strings.Join(c.Domains(), ","), "rules", c.Rules())
 	}
-	a.log.Info("redlimit-rls serving", attrs...)
+	a.log.Warn("redlimit-rls serving", attrs...) // at warn, as the reference says where it listens
 }
 
 // stop fails health, then stops the servers, waiting at most 10 s for

@@ -122,7 +122,6 @@ func TestKubernetesWalkthrough(t *testing.T) {
 	root := t.TempDir()
 	mount := c.VolumeMounts[0].MountPath // /data/ratelimit/config
 	var env []string
-	promAddr := freeAddr(t)
 	for _, e := range c.Env {
 		if !slices.Contains(names, e.Name) {
 			t.Errorf("%s is not one of the reference's settings", e.Name)
@@ -139,14 +138,13 @@ func TestKubernetesWalkthrough(t *testing.T) {
 			if e.Value != ":"+pod.Metadata.Annotations["prometheus.io/port"] {
 				t.Errorf("Prometheus scrapes port %s, the metrics are at %s", pod.Metadata.Annotations["prometheus.io/port"], e.Value)
 			}
-			e.Value = promAddr
+			e.Value = "127.0.0.1:0"
 		}
 		env = append(env, e.Name+"="+e.Value)
 	}
 	dir := filepath.Join(root, mount)
 	mountConfigMap(t, dir, "..2026_03_10_12_00_00.1", configMap.Data)
-	p := startQuiet(t, append(env, "REDLIMIT_RELOAD=20ms")) // LOG_LEVEL=warn: it does not say where it listens
-	p.promAddr = promAddr
+	p := mustRun(t, append(env, "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "HOST=127.0.0.1", "PORT=0", "REDLIMIT_RELOAD=20ms"))
 
 	if probe := c.ReadinessProbe.HTTPGet; probe.Port != 8080 || probe.Path != "/healthcheck" {
 		t.Errorf("readiness probe %+v: the HTTP port's /healthcheck", probe)

@@ -172,8 +172,8 @@ func TestLogSettings(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		level string
-		info  bool // the serving line, at level info, is written
-	}{{"warning", false}, {"trace", true}, {"fatal", false}, {"WARN", false}, {"panic", false}, {"Info", true}} {
+		info  bool // the serving line, at level warn, is written
+	}{{"warning", true}, {"trace", true}, {"fatal", false}, {"error", false}, {"panic", false}, {"Info", true}} {
 		p := startQuiet(t, []string{"LOG_LEVEL=" + tc.level}, "-config", dir)
 		if _, err := p.client(t).ShouldRateLimit(t.Context(), request("d", "k", "v")); err != nil {
 			t.Errorf("LOG_LEVEL=%s: %v", tc.level, err)
