@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/redlimit/redlimit/core"
 )
@@ -36,6 +38,22 @@ type ConfigOptions struct {
 	// descriptors merged (the reference server's MERGE_DOMAIN_CONFIG).
 	// false, the default, refuses a domain given in two files.
 	MergeDomains bool
+	// AllFiles makes LoadConfig read a directory as the reference server
+	// reads its RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY:
+	// every regular file under it, whatever its name (ratelimit.conf as
+	// well as *.yaml), in its subdirectories too (a symbolic link to a
+	// file is followed, one to a directory is not), dot files included
+	// unless IgnoreDotFiles; an empty directory is an empty
+	// configuration. false, the default, reads the *.yaml and *.yml
+	// files of the directory itself, not dot files, and refuses a
+	// directory without one.
+	AllFiles bool
+	// IgnoreDotFiles, with AllFiles, skips the files and directories
+	// whose name starts with '.' (the reference server's
+	// RUNTIME_IGNOREDOTFILES), such as the ..data links and the
+	// timestamped directories of a Kubernetes ConfigMap volume. false by
+	// default, as in the reference.
+	IgnoreDotFiles bool
 }
 
 // Config is a loaded configuration: the rate limits of every domain, in
@@ -45,6 +63,7 @@ type ConfigOptions struct {
 type Config struct {
 	domains map[string]*node
 	rules   int
+	version uint64 // LoadConfig's: the files' fingerprint before it read them
 }
 
 // Domains returns the names of the configured domains, sorted.
@@ -66,18 +85,43 @@ func (c *Config) Rules() int { return c.rules }
 type node struct {
 	exact     map[entry]*node // key and value given
 	anyValue  map[string]*node
-	wildcards []wildcard // values ending in '*', in the file's order
+	wildcards []wildcard // values with a '*', in the file's order
 	rule      *rule      // nil: no rate_limit block
+	// valueToMetric: the metric name carries the request's value at
+	// this level (value_to_metric).
+	valueToMetric bool
 }
 
 // entry is a descriptor entry: a key and a value.
 type entry struct{ key, value string }
 
-// wildcard is a child matched by a key and a value prefix.
+// wildcard is a child matched by a key and a value pattern: each '*' in
+// it matches zero or more bytes.
 type wildcard struct {
-	key, prefix string
-	share       bool // share_threshold: every matching value shares one state
-	node        *node
+	key, pattern string
+	parts        []string // pattern split at each '*'
+	share        bool     // share_threshold: every matching value shares one state
+	node         *node
+}
+
+// match reports whether value matches the pattern w.parts was split
+// from, as the reference server matches it: it starts with the first
+// part, ends with the last, and holds the ones between in order, none
+// of them overlapping.
+func (w *wildcard) match(value string) bool {
+	first, last := w.parts[0], w.parts[len(w.parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range w.parts[1 : len(w.parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }
 
 // rule is the rate limit of a descriptor of the configuration.
@@ -93,6 +137,9 @@ type rule struct {
 	unit      timeUnit // the reference format's unit of time, for current_limit
 	rate      int      // requests_per_unit; 0 denies every request
 	limit     core.Limit
+	// metadata is the descriptor's metadata block, reported in the
+	// answer's dynamic metadata when the descriptor passes; nil for none.
+	metadata *structpb.Struct
 }
 
 // timeUnit is the reference format's unit of time of a limit, or one of
@@ -156,6 +203,7 @@ type yamlDescriptor struct {
 	DetailedMetric bool             `yaml:"detailed_metric"`
 	ValueToMetric  bool             `yaml:"value_to_metric"`
 	ShareThreshold bool             `yaml:"share_threshold"`
+	Metadata       yaml.Node        `yaml:"metadata"` // any YAML
 }
 
 type yamlRateLimit struct {
@@ -176,44 +224,83 @@ type yamlReplaces struct {
 	Name *string `yaml:"name"`
 }
 
-// LoadConfig reads every *.yaml and *.yml file of dir (not of its
-// subdirectories, and not files whose name starts with '.') and returns
-// their configuration, as ParseConfig does. A directory without such a
-// file is an error: an empty configuration would limit nothing.
+// LoadConfig reads the configuration files of dir and returns their
+// configuration, as ParseConfig does: the *.yaml and *.yml files of dir
+// itself (not dot files), or with opts.AllFiles every file under dir as
+// the reference server reads them. Without AllFiles, a directory without
+// such a file is an error: an empty configuration would limit nothing.
 func LoadConfig(dir string, opts ConfigOptions) (*Config, error) {
-	files, err := readDir(dir)
+	version, _ := fingerprint(dir, opts)
+	paths, err := configFiles(dir, opts)
 	if err != nil {
 		return nil, err
 	}
-	if len(files) == 0 {
+	if len(paths) == 0 && !opts.AllFiles {
 		return nil, fmt.Errorf("%w: %s: no *.yaml or *.yml file", ErrInvalidConfig, dir)
 	}
-	return ParseConfig(files, opts)
-}
-
-// readDir returns the configuration files of dir, sorted by name.
-func readDir(dir string) ([]File, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("envoyrls: config: %w", err)
-	}
-	var files []File
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
-			continue
-		}
-		path := filepath.Join(dir, name)
-		if info, err := os.Stat(path); err != nil || info.IsDir() { // follows symbolic links
-			continue
-		}
+	files := make([]File, 0, len(paths))
+	for _, path := range paths {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("envoyrls: config: %w", err)
 		}
 		files = append(files, File{Name: path, Data: data})
 	}
-	return files, nil
+	c, err := ParseConfig(files, opts)
+	if c != nil {
+		c.version = version
+	}
+	return c, err
+}
+
+// configFiles returns the paths of the configuration files of dir that
+// LoadConfig reads, in the order it reads them: the *.yaml and *.yml
+// files of dir itself, not dot files, sorted by name; with opts.AllFiles,
+// every regular file under dir, as the reference server's loader
+// (goruntime) finds them, in lexical order: it descends into
+// directories but not into symbolic links to directories, follows
+// symbolic links to files, and skips names starting with '.' when
+// opts.IgnoreDotFiles. dir itself may be a symbolic link.
+func configFiles(dir string, opts ConfigOptions) ([]string, error) {
+	var paths []string
+	add := func(path string) {
+		if info, err := os.Stat(path); err == nil && info.Mode().IsRegular() { // follows symbolic links
+			paths = append(paths, path)
+		}
+	}
+	if !opts.AllFiles {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("envoyrls: config: %w", err)
+		}
+		for _, e := range entries {
+			if name := e.Name(); !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+				add(filepath.Join(dir, name))
+			}
+		}
+		return paths, nil
+	}
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, fmt.Errorf("envoyrls: config: %w", err)
+	}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case path == root:
+		case opts.IgnoreDotFiles && strings.HasPrefix(d.Name(), ".") && d.IsDir():
+			return filepath.SkipDir
+		case opts.IgnoreDotFiles && strings.HasPrefix(d.Name(), "."), d.IsDir():
+		default:
+			add(filepath.Join(dir, strings.TrimPrefix(path, root)))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("envoyrls: config: %w", err)
+	}
+	return paths, nil
 }
 
 // ParseConfig reads configuration files, each a YAML document of one
@@ -243,10 +330,8 @@ func (c *Config) load(f File, opts ConfigOptions) error {
 		}
 		return fail("%s", yamlNames.Replace(strings.TrimPrefix(err.Error(), "yaml: ")))
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return fail("more than one YAML document: one domain a file")
-	}
+	// More documents in the file are not read: the reference server
+	// serves the first.
 	if root.Domain == "" {
 		return fail("empty domain")
 	}
@@ -284,7 +369,7 @@ var yamlNames = strings.NewReplacer(
 
 // clone returns a deep copy of the node's maps (the rules are immutable).
 func (n *node) clone() *node {
-	m := &node{rule: n.rule, wildcards: slices.Clone(n.wildcards)}
+	m := &node{rule: n.rule, wildcards: slices.Clone(n.wildcards), valueToMetric: n.valueToMetric}
 	if n.exact != nil {
 		m.exact = make(map[entry]*node, len(n.exact))
 		for k, v := range n.exact {
@@ -319,16 +404,16 @@ func (n *node) loadDescriptors(parent string, descriptors []yamlDescriptor) (int
 		if y.Value != "" {
 			path += "_" + y.Value
 		}
-		child := &node{}
-		prefix, isWildcard := strings.CutSuffix(y.Value, "*")
+		child := &node{valueToMetric: y.ValueToMetric}
+		isWildcard := strings.Contains(y.Value, "*")
 		switch {
 		case y.ShareThreshold && !isWildcard:
-			return 0, fmt.Errorf("descriptor %s: share_threshold needs a wildcard value (ending in '*')", path)
+			return 0, fmt.Errorf("descriptor %s: share_threshold needs a wildcard value (with a '*')", path)
 		case isWildcard:
-			if slices.ContainsFunc(n.wildcards, func(w wildcard) bool { return w.key == key && w.prefix == prefix }) {
+			if slices.ContainsFunc(n.wildcards, func(w wildcard) bool { return w.key == key && w.pattern == y.Value }) {
 				return 0, fmt.Errorf("descriptor %s is given twice", path)
 			}
-			n.wildcards = append(n.wildcards, wildcard{key: key, prefix: prefix, share: y.ShareThreshold, node: child})
+			n.wildcards = append(n.wildcards, wildcard{key: key, pattern: y.Value, parts: strings.Split(y.Value, "*"), share: y.ShareThreshold, node: child})
 		case y.Value != "":
 			if n.exact == nil {
 				n.exact = map[entry]*node{}
@@ -367,6 +452,11 @@ func (n *node) loadDescriptors(parent string, descriptors []yamlDescriptor) (int
 func newRule(path string, y yamlDescriptor) (*rule, error) {
 	b := y.RateLimit
 	r := &rule{path: path, name: b.Name, shadow: y.ShadowMode, quota: y.QuotaMode, detailed: y.DetailedMetric, debt: b.Debt}
+	md, err := metadataOf(&y.Metadata)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	r.metadata = md
 	for _, rep := range b.Replaces {
 		if rep.Name == nil || *rep.Name == "" {
 			return nil, errors.New("replaces has an entry without a name")
@@ -439,4 +529,104 @@ func limitOf(rate int, unit timeUnit, algorithm string, burst, buckets int, cale
 		return core.Limit{}, err
 	}
 	return l, nil
+}
+
+// metadataOf returns a descriptor's metadata block as the protobuf
+// Struct the answer's dynamic metadata carries, nil when there is none.
+// Scalars are read as the reference server's YAML reader reads them into
+// its map: integers and floats as numbers, true and false as booleans,
+// null as null, anything else (yes, dates) as its text.
+func metadataOf(n *yaml.Node) (*structpb.Struct, error) {
+	if n.Kind == 0 {
+		return nil, nil
+	}
+	v, err := yamlValue(n)
+	if err != nil {
+		return nil, err
+	}
+	if v.GetStructValue() == nil {
+		if _, null := v.GetKind().(*structpb.Value_NullValue); null {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("line %d: a mapping, not %s", n.Line, n.ShortTag())
+	}
+	if len(v.GetStructValue().GetFields()) == 0 {
+		return nil, nil
+	}
+	return v.GetStructValue(), nil
+}
+
+// yamlValue converts a YAML node to a protobuf Value.
+func yamlValue(n *yaml.Node) (*structpb.Value, error) {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		return yamlValue(n.Content[0])
+	case yaml.AliasNode:
+		return yamlValue(n.Alias)
+	case yaml.MappingNode:
+		s := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(n.Content)/2)}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			v, err := yamlValue(n.Content[i+1])
+			if err != nil {
+				return nil, err
+			}
+			s.Fields[n.Content[i].Value] = v
+		}
+		return structpb.NewStructValue(s), nil
+	case yaml.SequenceNode:
+		l := &structpb.ListValue{Values: make([]*structpb.Value, 0, len(n.Content))}
+		for _, c := range n.Content {
+			v, err := yamlValue(c)
+			if err != nil {
+				return nil, err
+			}
+			l.Values = append(l.Values, v)
+		}
+		return structpb.NewListValue(l), nil
+	}
+	switch n.ShortTag() {
+	case "!!int", "!!float":
+		var f float64
+		if err := n.Decode(&f); err == nil {
+			return structpb.NewNumberValue(f), nil
+		}
+	case "!!bool":
+		if n.Value == "true" || n.Value == "false" {
+			return structpb.NewBoolValue(n.Value == "true"), nil
+		}
+	case "!!null":
+		return structpb.NewNullValue(), nil
+	}
+	return structpb.NewStringValue(n.Value), nil
+}
+
+// String writes the configuration's rules, one a line, as the reference
+// server's /rlconfig writes them: where each is in the configuration,
+// its unit and requests_per_unit, its shadow_mode and quota_mode; sorted.
+func (c *Config) String() string {
+	var lines []string
+	var walk func(n *node)
+	walk = func(n *node) {
+		if r := n.rule; r != nil {
+			unit := strings.ToUpper(string(r.unit))
+			if r.unlimited {
+				unit = "UNKNOWN"
+			}
+			lines = append(lines, fmt.Sprintf("%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n", r.path, unit, r.rate, r.shadow, r.quota))
+		}
+		for _, m := range n.exact {
+			walk(m)
+		}
+		for _, m := range n.anyValue {
+			walk(m)
+		}
+		for _, w := range n.wildcards {
+			walk(w.node)
+		}
+	}
+	for _, d := range c.domains {
+		walk(d)
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "")
 }

@@ -27,6 +27,11 @@
 // stream are). docs/envoy.md in the repository shows Envoy's side, the
 // migration from the reference server and every extension.
 //
+// Options.Reference answers as the reference server does instead: its
+// windows of the Unix epoch, denied hits counted, its rate-limit fields
+// and errors (redlimit-rls's REDLIMIT_COMPAT=reference).
+//
 // The program cmd/redlimit-rls serves a Server over gRPC, with
-// /healthcheck, /metrics and /json over HTTP.
+// /healthcheck, /metrics and /json over HTTP, configured by the
+// reference server's environment variables.
 package envoyrls

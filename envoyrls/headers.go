@@ -7,8 +7,10 @@ import (
 
 	"github.com/dunglas/httpsfv"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/redlimit/redlimit"
+	"github.com/redlimit/redlimit/core"
 )
 
 // The fields written here follow what redlimit's HTTP layer writes
@@ -25,9 +27,6 @@ import (
 // never pass). Every time is turned into seconds as the HTTP layer's
 // (redlimit.RetryAfter and redlimit.Seconds).
 func (s *Server) headers(vs []verdict, binding int, denied bool) []*corev3.HeaderValue {
-	if s.opts.Headers == redlimit.HeadersNone {
-		return nil
-	}
 	b := &vs[binding]
 	var out []*corev3.HeaderValue
 	var retryAfter int64
@@ -132,4 +131,37 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return true
+}
+
+// headersOf returns the fields an answer asks Envoy to add: with
+// Options.Reference, the reference server's (when HeaderNames are given,
+// as its LIMIT_RESPONSE_HEADERS_ENABLED), else those of Options.Headers
+// for the binding descriptor (core.Binding of the limited descriptors,
+// each allowed as its status says).
+func (s *Server) headersOf(vs []verdict, resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
+	if s.opts.Reference {
+		if !s.refHeaders {
+			return nil
+		}
+		return s.referenceHeaders(vs, resp.GetStatuses())
+	}
+	if s.opts.Headers == redlimit.HeadersNone {
+		return nil
+	}
+	var answered []core.Result // the limited verdicts' results, for core.Binding
+	var at []int               // their indices in vs
+	for i := range vs {
+		v := &vs[i]
+		if !v.limited || v.err != nil {
+			continue
+		}
+		r := v.res
+		r.Allowed = resp.GetStatuses()[i].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT
+		answered, at = append(answered, r), append(at, i)
+	}
+	if len(answered) == 0 {
+		return nil
+	}
+	_, binding := core.Binding(answered)
+	return s.headers(vs, at[binding], resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT)
 }

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -27,7 +26,8 @@ const maxJSONBody = 1 << 20
 // "v"}]}]}) is answered with the RateLimitResponse in the same form,
 // with status 200, 429 when it is OVER_LIMIT, 400 for a request that
 // cannot be read or decided, 503 when the decision failed under
-// FailClosed.
+// FailClosed or no configuration is loaded (with Options.Reference, 400
+// for every error, as the reference server answers).
 func (s *Server) JSONHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -46,7 +46,11 @@ func (s *Server) JSONHandler() http.Handler {
 			return
 		}
 		resp, err := s.ShouldRateLimit(r.Context(), &req)
-		if err != nil {
+		switch {
+		case err != nil && s.opts.Reference: // the reference's answer to every error
+			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			return
+		case err != nil:
 			code := http.StatusBadRequest
 			if st, ok := status.FromError(err); ok && st.Code() != codes.InvalidArgument {
 				code = http.StatusServiceUnavailable
@@ -85,20 +89,28 @@ func (s *Server) HealthHandler() http.Handler {
 func (s *Server) SetHealthy(ok bool) { s.healthy.Store(ok) }
 
 // WatchConfig reloads the configuration from dir (as LoadConfig reads
-// it) whenever its files change after WatchConfig starts (a name, a size
-// or a modification time), checking every interval (at least 10 ms; 0
-// means 1 s), until ctx ends; it returns ctx's error. A change
+// it) whenever its files change (a name, a size, a modification time or
+// where a symbolic link points) from those the configuration in use was
+// loaded from (by LoadConfig; else from those when WatchConfig starts;
+// with none in use, it loads at once), checking every interval (at least
+// 10 ms; 0 means 1 s), until ctx ends; it returns ctx's error. A change
 // that does not load is logged and the configuration in use stays, until
 // the files change again. State is kept as SetConfig keeps it.
-// WatchConfig reads files only: the Server's current configuration is
-// the one it was given, whatever dir held then. Run it in a goroutine of
-// its own.
+// Run it in a goroutine of its own.
 func (s *Server) WatchConfig(ctx context.Context, dir string, opts ConfigOptions, interval time.Duration) error {
 	if interval == 0 {
 		interval = time.Second
 	}
 	interval = max(interval, 10*time.Millisecond)
-	last, _ := fingerprint(dir)
+	// The files' version the configuration in use was read from; none
+	// (or one not read from files) is tried on the first tick.
+	var last uint64
+	if c := s.config.Load(); c != nil {
+		last = c.version
+		if last == 0 {
+			last, _ = fingerprint(dir, opts)
+		}
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -107,7 +119,7 @@ func (s *Server) WatchConfig(ctx context.Context, dir string, opts ConfigOptions
 			return ctx.Err()
 		case <-t.C:
 		}
-		fp, err := fingerprint(dir)
+		fp, err := fingerprint(dir, opts)
 		if err != nil || fp == last {
 			continue
 		}
@@ -122,28 +134,23 @@ func (s *Server) WatchConfig(ctx context.Context, dir string, opts ConfigOptions
 	}
 }
 
-// fingerprint hashes the names, sizes and modification times of dir's
-// configuration files: a change of any is a change of the configuration.
-func fingerprint(dir string) (uint64, error) {
-	entries, err := os.ReadDir(dir)
+// fingerprint hashes the paths, sizes and modification times of dir's
+// configuration files, and where each symbolic link among them points: a
+// change of any (a Kubernetes ConfigMap's ..data link swapped to a new
+// directory included) is a change of the configuration.
+func fingerprint(dir string, opts ConfigOptions) (uint64, error) {
+	paths, err := configFiles(dir, opts)
 	if err != nil {
 		return 0, err
 	}
 	h := fnv.New64a()
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
-			continue
-		}
-		info, err := os.Stat(filepath.Join(dir, name))
+	for _, path := range paths {
+		info, err := os.Stat(path)
 		if err != nil {
 			return 0, err
 		}
-		fmt.Fprintf(h, "%s\x00%d\x00%d\x00", name, info.Size(), info.ModTime().UnixNano())
+		target, _ := filepath.EvalSymlinks(path)
+		fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00", path, target, info.Size(), info.ModTime().UnixNano())
 	}
 	return h.Sum64(), nil
 }

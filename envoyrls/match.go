@@ -13,7 +13,23 @@ type match struct {
 	rule   *rule  // nil: no rate limit applies
 	key    string // the state's key in redlimit's engine
 	metric string // the policy label of its metrics
+	// metadata: the rule's metadata block is reported when the
+	// descriptor passes. As in the reference server, it is not when
+	// detailed_metric or value_to_metric name the metric after the
+	// request's values.
+	metadata bool
 }
+
+// matchKind says how a descriptor entry matched a child of the
+// configuration.
+type matchKind uint8
+
+const (
+	byValue    matchKind = iota + 1 // its key and value
+	byWildcard                      // its key and a wildcard value
+	byShared                        // its key and a wildcard value with share_threshold
+	byKey                           // its key alone
+)
 
 // lookup finds the rule of a request's descriptor in domain, walking the
 // configuration one entry at a time as the reference server does: at each
@@ -28,27 +44,35 @@ func (c *Config) lookup(domain string, entries []*ratelimitv3.RateLimitDescripto
 	}
 	var key strings.Builder
 	writeKeyPart(&key, domain)
-	var found *rule
-	for i, e := range entries {
-		next, value, _ := n.child(e.GetKey(), e.GetValue())
+	valueToMetric := false
+	for _, e := range entries {
+		next, how, pattern := n.child(e.GetKey(), e.GetValue())
 		if next == nil {
 			return match{}
 		}
+		valueToMetric = valueToMetric || next.valueToMetric
 		key.WriteByte('|')
 		writeKeyPart(&key, e.GetKey())
 		key.WriteByte('=')
-		writeKeyPart(&key, value)
-		if i == len(entries)-1 {
-			found = next.rule
+		if how == byShared {
+			writeKeyPart(&key, pattern)
+		} else {
+			writeKeyPart(&key, e.GetValue())
 		}
 		n = next
 	}
+	found := n.rule
 	if found == nil {
 		return match{}
 	}
-	m := match{rule: found, key: key.String(), metric: found.path}
-	if found.detailed {
-		m.metric = c.detailedMetric(domain, entries)
+	m := match{rule: found, key: key.String(), metric: found.path, metadata: found.metadata != nil}
+	switch {
+	case found.detailed:
+		m.metric, m.metadata = c.metricOf(domain, entries, true), false
+	case valueToMetric:
+		if metric := c.metricOf(domain, entries, false); metric != found.path {
+			m.metric, m.metadata = metric, false
+		}
 	}
 	if len(m.key) > maxKey {
 		m.key = hashKey(m.key)
@@ -56,15 +80,28 @@ func (c *Config) lookup(domain string, entries []*ratelimitv3.RateLimitDescripto
 	return m
 }
 
-// detailedMetric is the metric name of a descriptor whose rule has
-// detailed_metric: the request's entries, the values of a shared
-// wildcard written as the wildcard.
-func (c *Config) detailedMetric(domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
+// metricOf is the metric name of a descriptor whose rule names its
+// metric after the request's values, as the reference server names its
+// statistics: with detailed, every entry's value (a shared wildcard's
+// pattern for its entries); else, for value_to_metric, the value at the
+// levels that say so, the configuration's value (or wildcard pattern)
+// at the others.
+func (c *Config) metricOf(domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry, detailed bool) string {
 	var metric strings.Builder
 	metric.WriteString(domain)
 	n := c.domains[domain]
 	for _, e := range entries {
-		next, _, value := n.child(e.GetKey(), e.GetValue())
+		next, how, pattern := n.child(e.GetKey(), e.GetValue())
+		value := e.GetValue()
+		switch {
+		case how == byShared:
+			value = pattern
+		case detailed, how == byValue:
+		case how == byWildcard && !next.valueToMetric:
+			value = pattern
+		case how == byKey && !next.valueToMetric:
+			value = ""
+		}
 		metric.WriteByte('.')
 		metric.WriteString(e.GetKey())
 		if value != "" {
@@ -111,25 +148,25 @@ func keyOf(domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry) (str
 // hashed (the engine takes at most 1024 bytes).
 const maxKey = 512
 
-// child returns the child of n that matches an entry, the value its state
-// is kept under (the request's, or the wildcard's pattern when the
-// wildcard shares its threshold) and the value its detailed metric names.
-func (n *node) child(key, value string) (*node, string, string) {
+// child returns the child of n that matches an entry, how it matched,
+// and the wildcard's pattern when it matched one.
+func (n *node) child(key, value string) (*node, matchKind, string) {
 	if c := n.exact[entry{key, value}]; c != nil {
-		return c, value, value
+		return c, byValue, ""
 	}
-	for _, w := range n.wildcards {
-		if w.key == key && strings.HasPrefix(value, w.prefix) {
+	for i := range n.wildcards {
+		w := &n.wildcards[i]
+		if w.key == key && w.match(value) {
 			if w.share {
-				return w.node, w.prefix + "*", w.prefix + "*"
+				return w.node, byShared, w.pattern
 			}
-			return w.node, value, value
+			return w.node, byWildcard, w.pattern
 		}
 	}
 	if c := n.anyValue[key]; c != nil {
-		return c, value, value
+		return c, byKey, ""
 	}
-	return nil, "", ""
+	return nil, 0, ""
 }
 
 // writeKeyPart writes s with '%', '|' and '=' as %XX, so that no two

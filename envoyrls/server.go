@@ -2,22 +2,18 @@ package envoyrls
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math"
+	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
@@ -69,6 +65,42 @@ type Options struct {
 	// Logger receives Redis errors (at most one line a second) and
 	// configuration reloads. nil means slog.Default().
 	Logger *slog.Logger
+
+	// Reference makes the Server answer as the reference server,
+	// envoyproxy/ratelimit, does (redlimit-rls's REDLIMIT_COMPAT=reference;
+	// docs/envoy.md lists what else differs, and what it changes):
+	//   - a limit of the format (a fixed window without redlimit's
+	//     extensions) counts in the reference's windows: its unit's span
+	//     of the Unix epoch, by the Server's Clock (a day from midnight
+	//     UTC, a week from a Thursday, a month of 30 days), and
+	//     duration_until_reset is the whole seconds to its end;
+	//   - hits are counted as the reference counts them, denied ones too:
+	//     a charge above what is left answers OVER_LIMIT, with 0 remaining,
+	//     and leaves the descriptor over its limit until its window ends,
+	//     reads (hits_addend 0) included;
+	//   - the rate-limit fields are the reference's: none unless
+	//     HeaderNames are given (LIMIT_RESPONSE_HEADERS_ENABLED), then
+	//     those three names, as given, with the limit, the remaining count
+	//     and the seconds to the window's end of the descriptor with the
+	//     fewest remaining (or the last over its limit); Headers is not
+	//     read;
+	//   - every error, a failed decision's under FailClosed included, is
+	//     the gRPC code Unknown, with the reference's words.
+	// false, the default, answers with redlimit's engine as it counts.
+	Reference bool
+	// QuotaMode puts every descriptor in quota mode (the reference
+	// server's global QUOTA_MODE): a request is OVER_LIMIT only when every
+	// descriptor that is not unlimited is over its limit. false by default.
+	QuotaMode bool
+	// DynamicMetadata adds the reference server's dynamic metadata to
+	// every answer (RESPONSE_DYNAMIC_METADATA): the domain, the request's
+	// descriptors and hits_addend, and under "metadata" the metadata
+	// blocks of the rules of the descriptors that passed. false by default.
+	DynamicMetadata bool
+	// Clock, if not nil, is the time with Reference: which window of the
+	// reference's a request falls in. nil means time.Now. Its windows'
+	// counts live in Redis; the Limiter's clock decides when they expire.
+	Clock func() time.Time
 }
 
 // HeaderNames are the names of the X-RateLimit fields (see
@@ -91,18 +123,20 @@ type Server struct {
 	healthy atomic.Bool
 	lastLog atomic.Int64 // unix nanoseconds of the last Redis error logged
 	names   HeaderNames
+	// refHeaders: with Options.Reference, the reference's fields are added.
+	refHeaders bool
 }
 
 // New returns a Server that decides with lim under config. It does no
-// I/O. lim must be made by core.New (a nil or zero Limiter is refused),
-// config must not be nil; Options.Failure must be FailOpen
-// or FailClosed.
+// I/O. lim must be made by core.New (a nil or zero Limiter is refused).
+// A nil config is no configuration loaded yet: every request is answered
+// the gRPC error Unavailable (Unknown with Options.Reference), as the
+// reference server answers when its files did not load, until SetConfig
+// or WatchConfig gives one. Options.Failure must be FailOpen or
+// FailClosed.
 func New(lim *core.Limiter, config *Config, opts Options) (*Server, error) {
 	if err := lim.Validate(); err != nil {
 		return nil, fmt.Errorf("envoyrls: New: %w", err)
-	}
-	if config == nil {
-		return nil, errors.New("envoyrls: New: nil Config")
 	}
 	if opts.Failure != redlimit.FailOpen && opts.Failure != redlimit.FailClosed {
 		return nil, fmt.Errorf("envoyrls: New: failure policy %v is not served: fail-open or fail-closed", opts.Failure)
@@ -114,6 +148,7 @@ func New(lim *core.Limiter, config *Config, opts Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.refHeaders = opts.HeaderNames != HeaderNames{}
 	for _, n := range []*string{&s.names.Limit, &s.names.Remaining, &s.names.Reset} {
 		if *n == "" {
 			continue
@@ -121,7 +156,14 @@ func New(lim *core.Limiter, config *Config, opts Options) (*Server, error) {
 		if !validHeaderName(*n) {
 			return nil, fmt.Errorf("envoyrls: New: %q is not a header name", *n)
 		}
-		*n = strings.ToLower(*n) // HTTP/2 field names are lower case
+		if !opts.Reference {
+			*n = strings.ToLower(*n) // HTTP/2 field names are lower case
+		}
+	}
+	if opts.Reference { // the reference's defaults
+		s.names.Limit = or(s.names.Limit, "RateLimit-Limit")
+		s.names.Remaining = or(s.names.Remaining, "RateLimit-Remaining")
+		s.names.Reset = or(s.names.Reset, "RateLimit-Reset")
 	}
 	s.names.Limit = or(s.names.Limit, "x-ratelimit-limit")
 	s.names.Remaining = or(s.names.Remaining, "x-ratelimit-remaining")
@@ -158,54 +200,94 @@ const maxHits = core.MaxCount
 
 // verdict is one descriptor's part of an answer.
 type verdict struct {
-	m       match
-	limit   core.Limit // the limit decided, the rule's or the request's override
-	rate    int
-	unit    timeUnit
-	hits    int  // hits_addend, at most maxHits
-	over    bool // hits_addend was above maxHits
-	res     core.Result
-	err     error
-	res0    *core.Reservation // to refund, when the request is denied overall
-	limited bool              // a limit was decided (not unlimited, not unknown)
-	dur     time.Duration
+	m        match
+	override bool       // the request's limit override applies
+	limit    core.Limit // the limit decided
+	rate     int        // requests_per_unit, the rule's or the override's
+	unit     timeUnit
+	hits     int    // hits_addend, at most maxHits
+	over     bool   // hits_addend was above maxHits
+	key      string // the state's key: the match's, with the window when aligned
+	limited  bool   // a limit is decided (not unlimited, unknown or replaced)
+	aligned  bool   // a window of the reference server's (Options.Reference)
+	res      core.Result
+	err      error
+	res0     *core.Reservation // to refund, when the request is denied overall
+	dur      time.Duration
+
+	// The status answered: within the limit, what is left, and the
+	// time until the window resets.
+	ok        bool
+	remaining int
+	reset     time.Duration
+
+	lims [1]core.Limit // an aligned decision's arguments
+	cost [1]int
 }
 
 // ShouldRateLimit decides a request of Envoy's rate limit filter: each
-// descriptor is looked up in the configuration and, when a limit applies,
-// charged hits_addend (the descriptor's, else the request's; 0 means 1)
-// under its own key, one decision each, sent together. Hits above what
-// the limit holds are denied, except by a debt rule, which charges them
-// (hits above 4294967295, the most one settlement takes, that most).
-// The answer is OVER_LIMIT when any descriptor not in shadow or quota
-// mode is over its limit, with a status per descriptor. Unless
+// descriptor is looked up in the configuration (or limited by the
+// request's override, whatever the configuration says of it) and, when
+// a limit applies, charged hits_addend (the descriptor's, else the
+// request's; 0 means 1) under its own key, one decision each, sent
+// together. Hits above what the limit holds are denied, except by a debt
+// rule, which charges them (hits above 4294967295, the most one
+// settlement takes, that most). The answer is OVER_LIMIT when a
+// descriptor not in quota_mode is over its limit (shadow_mode ones
+// answer OK), or when every descriptor in quota_mode is. Unless
 // Options.ChargeDenied, the descriptors that allowed a request denied
-// overall are refunded.
+// overall are refunded. Options.Reference answers as the reference server
+// does.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
-		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+		return nil, s.fail(codes.InvalidArgument, "rate limit domain must not be empty")
 	}
 	if len(req.GetDescriptors()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+		return nil, s.fail(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
 	cfg := s.config.Load()
+	if cfg == nil {
+		return nil, s.fail(codes.Unavailable, "no rate limit configuration loaded")
+	}
+	vs, err := s.verdicts(cfg, req)
+	if err != nil {
+		return nil, err
+	}
+	s.decideAll(ctx, vs)
+	return s.answer(ctx, req, vs)
+}
+
+// fail returns the gRPC error of a request that cannot be decided: with
+// code, or, as the reference server answers every error, Unknown.
+func (s *Server) fail(code codes.Code, msg string) error {
+	if s.opts.Reference {
+		code = codes.Unknown
+	}
+	return status.Error(code, msg)
+}
+
+// verdicts looks up each descriptor of req, and says which are limited
+// and how.
+func (s *Server) verdicts(cfg *Config, req *rlsv3.RateLimitRequest) ([]verdict, error) {
 	ds := req.GetDescriptors()
 	vs := make([]verdict, len(ds))
+	known := cfg.domains[req.GetDomain()] != nil
 	var replaced map[string]bool // the names of the rules that matched rules replace
 	for i, d := range ds {
 		v := &vs[i]
-		v.m = cfg.lookup(req.GetDomain(), d.GetEntries())
-		if r := v.m.rule; r != nil && len(r.replaces) > 0 {
-			if replaced == nil {
-				replaced = map[string]bool{}
+		if o := d.GetLimit(); o != nil && known {
+			if err := v.setOverride(req.GetDomain(), d, o); err != nil {
+				return nil, s.fail(codes.InvalidArgument, err.Error())
 			}
-			for _, name := range r.replaces {
-				replaced[name] = true
-			}
-		}
-		if o := d.GetLimit(); o != nil && cfg.domains[req.GetDomain()] != nil {
-			if err := v.override(req.GetDomain(), d, o); err != nil {
-				return nil, status.Error(codes.InvalidArgument, err.Error())
+		} else {
+			v.m = cfg.lookup(req.GetDomain(), d.GetEntries())
+			if r := v.m.rule; r != nil && len(r.replaces) > 0 {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
+				for _, name := range r.replaces {
+					replaced[name] = true
+				}
 			}
 		}
 		hits := uint64(req.GetHitsAddend())
@@ -216,66 +298,32 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 		v.hits, v.over = int(min(hits, maxHits)), hits > maxHits
 	}
-	var decide []int // the verdicts that go to Redis
-	limited := 0
+	var now time.Time
+	if s.opts.Reference {
+		now = s.now()
+	}
 	for i := range vs {
-		v := &vs[i]
-		r := v.m.rule
-		if r == nil || r.unlimited || (r.name != "" && replaced[r.name]) {
-			continue
-		}
-		v.limited = true
-		limited++
-		if v.limit == (core.Limit{}) {
-			v.limit, v.rate, v.unit = r.limit, r.rate, r.unit
-		}
-		switch {
-		case v.rate == 0: // requests_per_unit 0 denies every request
-			p := v.limit.Period
-			v.res = core.Result{Limit: v.limit, RetryAfter: p, ResetAfter: p, NextAfter: p}
-		case v.over && !r.debt: // more than any limit holds: never allowed
-			v.res = core.Result{Limit: v.limit, RetryAfter: core.InfDuration}
-		default:
-			decide = append(decide, i)
-		}
+		s.prepare(&vs[i], replaced, now)
 	}
-	// A request of one limited descriptor has nothing to refund: a
-	// denial charges nothing.
-	refund := !s.opts.ChargeDenied && limited > 1
-	if len(decide) == 1 {
-		s.decide(ctx, &vs[decide[0]], refund)
-	} else if len(decide) > 1 {
-		var wg sync.WaitGroup
-		for _, i := range decide[1:] {
-			wg.Go(func() { s.decide(ctx, &vs[i], refund) })
-		}
-		s.decide(ctx, &vs[decide[0]], refund)
-		wg.Wait()
-	}
-	return s.answer(ctx, req, vs)
+	return vs, nil
 }
 
-// override makes a descriptor's limit the one the request gives
-// (RateLimitOverride), keeping the matched rule's algorithm.
-func (v *verdict) override(domain string, d *ratelimitv3.RateLimitDescriptor, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) error {
+// setOverride makes a descriptor's limit the one the request gives
+// (RateLimitOverride), as the reference server applies it: a fixed
+// window, under the descriptor's own values, without a name, whatever
+// rule the configuration has for it.
+func (v *verdict) setOverride(domain string, d *ratelimitv3.RateLimitDescriptor, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) error {
 	unit, ok := overrideUnits[o.GetUnit()]
 	if !ok {
 		return fmt.Errorf("descriptor limit override: unit %v is not served", o.GetUnit())
 	}
-	r := v.m.rule
-	if r == nil {
-		// No rule: the override applies alone, as a fixed window.
-		key, metric := keyOf(domain, d.GetEntries())
-		r = &rule{path: metric, unit: unit}
-		v.m = match{rule: r, key: key, metric: metric}
-	} else if r.unlimited {
-		return nil
-	}
-	l, err := limitOf(int(o.GetRequestsPerUnit()), unit, string(r.limit.Algorithm), 0, r.limit.Buckets, "")
+	l, err := limitOf(int(o.GetRequestsPerUnit()), unit, "", 0, 0, "")
 	if err != nil {
 		return fmt.Errorf("descriptor limit override: %v", err)
 	}
-	v.limit, v.rate, v.unit = l, int(o.GetRequestsPerUnit()), unit
+	key, metric := keyOf(domain, d.GetEntries())
+	v.m = match{rule: &rule{path: metric, unit: unit, rate: int(o.GetRequestsPerUnit()), limit: l}, key: key, metric: metric}
+	v.override = true
 	return nil
 }
 
@@ -285,159 +333,45 @@ var overrideUnits = map[typev3.RateLimitUnit]timeUnit{
 	typev3.RateLimitUnit_DAY: unitDay, typev3.RateLimitUnit_MONTH: unitMonth, typev3.RateLimitUnit_YEAR: unitYear,
 }
 
-// decide makes one descriptor's decision: AllowN, or Reserve when it may
-// have to be refunded; a debt rule admits a cost of 1 and charges the
-// rest of the hits after, without denying.
-func (s *Server) decide(ctx context.Context, v *verdict, refundable bool) {
-	var start time.Time
-	if s.opts.Observe != nil {
-		start = time.Now()
-	}
-	switch {
-	case v.m.rule.debt:
-		// Admit while anything is left (a cost of 1, or 0 to read), then
-		// charge the rest without denying: the key may go into debt.
-		n := min(v.hits, 1)
-		r, err := s.lim.Reserve(ctx, v.m.key, []core.Limit{v.limit}, n)
-		if err == nil {
-			v.res = r.Result()
-			if v.res.Allowed && v.hits > n {
-				err = r.Settle(context.WithoutCancel(ctx), v.hits)
-				v.res.Remaining = max(0, v.res.Remaining-(v.hits-n))
-			}
-		}
-		v.err = err
-	case refundable:
-		r, err := s.lim.Reserve(ctx, v.m.key, []core.Limit{v.limit}, v.hits)
-		if err == nil {
-			v.res, v.res0 = r.Result(), r
-		}
-		v.err = err
-	default:
-		v.res, v.err = s.lim.AllowN(ctx, v.m.key, v.limit, v.hits)
-	}
-	if s.opts.Observe != nil {
-		v.dur = time.Since(start)
-	}
-}
-
-// answer builds the response from the verdicts, refunds what a denied
-// request charged, and reports each decision.
-func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, vs []verdict) (*rlsv3.RateLimitResponse, error) {
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(vs))}
-	var failed error
-	var answered []core.Result // the limited verdicts', each Allowed as its status says, for core.Binding
-	var at []int               // their indices in vs
-	for i := range vs {
-		v := &vs[i]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		resp.Statuses[i] = st
-		switch {
-		case v.m.rule != nil && v.m.rule.unlimited:
-			st.LimitRemaining = math.MaxUint32
-			continue
-		case !v.limited:
-			continue
-		case v.err != nil:
-			failed = v.err
-			s.observe(v, redlimit.OutcomeError)
-			continue
-		}
-		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: v.m.rule.name, RequestsPerUnit: uint32(v.rate), Unit: responseUnits[v.unit]}
-		st.LimitRemaining = uint32(min(uint64(max(v.res.Remaining, 0)), math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(v.res.ResetAfter)
-		if v.res.Allowed {
-			s.observe(v, redlimit.OutcomeAllowed)
-		} else if v.m.rule.shadow || v.m.rule.quota {
-			s.observe(v, redlimit.OutcomeDryRun)
-		} else {
-			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			if v.res.Cached {
-				s.observe(v, redlimit.OutcomeCached)
-			} else {
-				s.observe(v, redlimit.OutcomeDenied)
-			}
-		}
-		r := v.res
-		r.Allowed = st.Code != rlsv3.RateLimitResponse_OVER_LIMIT
-		answered, at = append(answered, r), append(at, i)
-	}
-	if failed != nil {
-		s.logError(failed)
-		if s.opts.Failure == redlimit.FailClosed {
-			return nil, status.Errorf(codes.Unavailable, "envoyrls: %v", failed)
-		}
-	}
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.opts.ShadowMode {
-		// Envoy lets the request through: its charges stand.
-		resp.OverallCode = rlsv3.RateLimitResponse_OK
-	}
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		s.refund(ctx, vs, resp.Statuses)
-	}
-	if len(answered) > 0 {
-		_, binding := core.Binding(answered)
-		resp.ResponseHeadersToAdd = s.headers(vs, at[binding], resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
-	}
-	return resp, nil
-}
-
-// refund gives back what the descriptors that allowed a request denied
-// overall charged, with a context the caller's cancelling does not end
-// (the Limiter's timeout still bounds it).
-func (s *Server) refund(ctx context.Context, vs []verdict, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) {
-	ctx = context.WithoutCancel(ctx)
-	var wg sync.WaitGroup
-	for i := range vs {
-		if r := vs[i].res0; r != nil && vs[i].res.Allowed {
-			// The answer reports what is left once the refund is made.
-			vs[i].res.Remaining = min(vs[i].res.Remaining+vs[i].hits, capacity(&vs[i]))
-			statuses[i].LimitRemaining = uint32(min(uint64(max(vs[i].res.Remaining, 0)), math.MaxUint32))
-			wg.Go(func() {
-				if err := r.Settle(ctx, 0); err != nil {
-					s.logError(fmt.Errorf("refund of %s: %w", vs[i].m.metric, err))
-				}
-			})
-		}
-	}
-	wg.Wait()
-}
-
-// responseUnits are the units of current_limit.
-var responseUnits = map[timeUnit]rlsv3.RateLimitResponse_RateLimit_Unit{
-	unitSecond: rlsv3.RateLimitResponse_RateLimit_SECOND, unitMinute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
-	unitHour: rlsv3.RateLimitResponse_RateLimit_HOUR, unitDay: rlsv3.RateLimitResponse_RateLimit_DAY,
-	unitWeek: rlsv3.RateLimitResponse_RateLimit_WEEK, unitMonth: rlsv3.RateLimitResponse_RateLimit_MONTH,
-	unitYear: rlsv3.RateLimitResponse_RateLimit_YEAR,
-}
-
-// observe reports a descriptor's decision to Options.Observe.
-func (s *Server) observe(v *verdict, o redlimit.Outcome) {
-	if s.opts.Observe == nil {
+// prepare says whether a verdict's descriptor is limited (a rule that is
+// not unlimited, not replaced by another matched rule, or an override),
+// and with which limit under which key: with Options.Reference, a fixed
+// window of the format's is the reference server's window that holds now.
+func (s *Server) prepare(v *verdict, replaced map[string]bool, now time.Time) {
+	r := v.m.rule
+	if r == nil || r.unlimited || (r.name != "" && replaced[r.name]) {
 		return
 	}
-	d := redlimit.Decision{Policy: v.m.metric, Key: v.m.key, Outcome: o, Result: v.res, Err: v.err, Duration: v.dur}
-	switch o {
-	case redlimit.OutcomeDenied, redlimit.OutcomeCached:
-		d.Status = 429
-	case redlimit.OutcomeError:
-		d.Result = core.Result{}
+	v.limited = true
+	v.limit, v.rate, v.unit, v.key = r.limit, r.rate, r.unit, v.m.key
+	if s.opts.Reference && v.limit.Algorithm == core.FixedWindow && v.limit.Calendar == "" && !r.debt {
+		v.align(now)
 	}
-	s.opts.Observe(d)
 }
 
-// logError logs a failed decision, at most once a second.
-func (s *Server) logError(err error) {
-	now := time.Now().UnixNano()
-	last := s.lastLog.Load()
-	if now-last < int64(time.Second) || !s.lastLog.CompareAndSwap(last, now) {
-		return
-	}
-	s.log.Error("envoyrls: rate limit decision failed", "err", err, "failure", s.opts.Failure.String())
+// align makes v a window of the reference server's: its unit's span of
+// the Unix epoch that holds now (a day from midnight UTC, a week from a
+// Thursday, a month of 30 days), keyed by its start. The state counts
+// hits as the reference's INCRBY does, but stops at one above the
+// limit: a count above the limit answers OVER_LIMIT whatever it is, so
+// the engine holds it as a fixed window of rate+1 (lasting two units, so
+// that it never ends before its span, whatever the clocks of Redis and
+// this process say) that takes what is left of a charge too large
+// (core.Request.TakeRest).
+func (v *verdict) align(now time.Time) {
+	p := int64(v.unit.period() / time.Second)
+	t := now.Unix()
+	v.aligned = true
+	v.reset = time.Duration(p-t%p) * time.Second
+	v.key += "|" + strconv.FormatInt(t/p*p, 10)
+	v.limit = core.Limit{Algorithm: core.FixedWindow, Rate: min(v.rate+1, core.MaxCount), Period: 2 * v.unit.period()}
+	v.lims[0] = v.limit
 }
 
-// headerValue is one response header to add.
-func headerValue(name, value string) *corev3.HeaderValue {
-	return &corev3.HeaderValue{Key: name, Value: value}
+// now returns the Server's clock's time.
+func (s *Server) now() time.Time {
+	if s.opts.Clock != nil {
+		return s.opts.Clock()
+	}
+	return time.Now()
 }

@@ -613,8 +613,8 @@ descriptors:
 	}
 }
 
-// TestShadowMode: a rule in shadow_mode or quota_mode answers OK, its
-// count kept; the global ShadowMode answers OK overall, the statuses
+// TestShadowMode: a rule in shadow_mode answers OK, its count kept (one
+// in quota_mode denies when it is the only one); the global ShadowMode answers OK overall, the statuses
 // still saying OVER_LIMIT, and a request Envoy lets through stays
 // charged.
 func TestShadowMode(t *testing.T) {
@@ -637,7 +637,7 @@ descriptors:
 	clk := newClock()
 	c := serve(t, yamlServer(t, clk.limiter(rdb), doc, envoyrls.Options{}))
 	want(t, "shadow_mode", overall(t, c, 3, "d", desc("soft", "a")), "OK OK OK")
-	want(t, "quota_mode", overall(t, c, 3, "d", desc("quota", "a")), "OK OK OK")
+	want(t, "quota_mode, alone", overall(t, c, 3, "d", desc("quota", "a")), "OK OVER_LIMIT OVER_LIMIT")
 	if st := ask(t, c, "d", desc("soft", "a")).GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OK || st.GetLimitRemaining() != 0 || st.GetCurrentLimit() == nil {
 		t.Errorf("shadow status %v", st)
 	}
@@ -706,4 +706,273 @@ func TestObserve(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	want(t, "observed", strings.Join(seen, ", "), "example8.key1_unspecified allowed, example8.key1_value1 allowed, messaging.to_number allowed, edge_proxy_per_ip.remote_address_50.0.0.5 denied")
+}
+
+// statusText writes an answer as "OVERALL [code rpu/UNIT:name rem]...".
+func statusText(r *rlsv3.RateLimitResponse) string {
+	s := r.GetOverallCode().String()
+	for _, st := range r.GetStatuses() {
+		s += " [" + st.GetCode().String()
+		if l := st.GetCurrentLimit(); l != nil {
+			s += fmt.Sprintf(" %d/%s:%s", l.GetRequestsPerUnit(), l.GetUnit(), l.GetName())
+		}
+		s += fmt.Sprintf(" %d]", st.GetLimitRemaining())
+	}
+	return s
+}
+
+// TestQuotaMode: descriptors in quota_mode deny the request only when
+// every one of them is over its limit, as the reference server decides
+// (its examples/ratelimit/config/example.yaml and
+// integration-test/scripts/quota.sh); each over-limit status says so.
+func TestQuotaMode(t *testing.T) {
+	t.Parallel()
+	const doc = `
+domain: rl
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: service
+    value: service_2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`
+	c := serve(t, yamlServer(t, newClock().limiter(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})), doc, envoyrls.Options{}))
+	both := []*ratelimitv3.RateLimitDescriptor{desc("service", "service_1"), desc("service", "service_2")}
+	want(t, "first", statusText(ask(t, c, "rl", both...)), "OK [OK 1/MINUTE: 0] [OK 2/MINUTE: 1]")
+	want(t, "second: service_2 has quota left", statusText(ask(t, c, "rl", both...)), "OK [OVER_LIMIT 1/MINUTE: 0] [OK 2/MINUTE: 0]")
+	want(t, "third: both over", statusText(ask(t, c, "rl", both...)), "OVER_LIMIT [OVER_LIMIT 1/MINUTE: 0] [OVER_LIMIT 2/MINUTE: 0]")
+	// The one descriptor in quota mode is over: the request is (the
+	// user's charge refunded).
+	want(t, "with a user", statusText(ask(t, c, "rl", desc("service", "service_1"), desc("user", "u"))), "OVER_LIMIT [OVER_LIMIT 1/MINUTE: 0] [OK 10/MINUTE: 10]")
+	// A descriptor not in quota mode denies alone.
+	want(t, "service_2 and a user", statusText(ask(t, c, "rl", desc("service", "service_2"), desc("user", "u"))), "OVER_LIMIT [OVER_LIMIT 2/MINUTE: 0] [OK 10/MINUTE: 10]")
+}
+
+// TestOverride: a request's limit override applies whatever the
+// configuration says of the descriptor, unlimited included, under no
+// name, as the reference server applies it (its test/config
+// TestConfigLimitOverride, basic_config.yaml's key6); a domain the
+// configuration does not have limits nothing.
+func TestOverride(t *testing.T) {
+	t.Parallel()
+	c := serve(t, newServer(t, newClock().limiter(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})), "testdata/reference", envoyrls.Options{}))
+	over := func(d *ratelimitv3.RateLimitDescriptor, rpu uint32, unit typev3.RateLimitUnit) *ratelimitv3.RateLimitDescriptor {
+		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
+		return d
+	}
+	want(t, "key6 unlimited, overridden", statusText(ask(t, c, "test-domain", over(desc("key6", "x"), 1, typev3.RateLimitUnit_MINUTE))), "OK [OK 1/MINUTE: 0]")
+	want(t, "key6 again", statusText(ask(t, c, "test-domain", over(desc("key6", "x"), 1, typev3.RateLimitUnit_MINUTE))), "OVER_LIMIT [OVER_LIMIT 1/MINUTE: 0]")
+	want(t, "key4 named, overridden", statusText(ask(t, c, "test-domain", over(desc("key4", "x"), 10, typev3.RateLimitUnit_DAY))), "OK [OK 10/DAY: 9]")
+	want(t, "unknown domain", statusText(ask(t, c, "foo_domain", over(desc("key4", "x"), 10, typev3.RateLimitUnit_DAY))), "OK [OK 0]")
+}
+
+// refServer serves doc with Options.Reference on clk (the Limiter's
+// clock and the Server's), opts added.
+func refServer(t *testing.T, clk *clock, doc string, opts envoyrls.Options) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	opts.Reference, opts.Clock = true, clk.now
+	return serve(t, yamlServer(t, clk.limiter(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})), doc, opts))
+}
+
+// withReset is statusText with each status's duration_until_reset.
+func withReset(r *rlsv3.RateLimitResponse) string {
+	s := statusText(r)
+	for _, st := range r.GetStatuses() {
+		s += fmt.Sprintf(" %v", st.GetDurationUntilReset().AsDuration())
+	}
+	return s
+}
+
+// TestReferenceWindows: with Options.Reference a limit counts in the
+// reference server's windows, spans of the Unix epoch (a week from a
+// Thursday), and duration_until_reset is the time to their end.
+func TestReferenceWindows(t *testing.T) {
+	t.Parallel()
+	clk := newClock() // Tuesday 2026-03-10 12:00:00 UTC
+	clk.add(50 * time.Second)
+	c := refServer(t, clk, `
+domain: d
+descriptors:
+  - key: m
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: w
+    rate_limit: {unit: week, requests_per_unit: 5}
+  - key: mo
+    rate_limit: {unit: month, requests_per_unit: 5}
+`, envoyrls.Options{})
+	want(t, "12:00:50", withReset(ask(t, c, "d", desc("m", "a"))), "OK [OK 1/MINUTE: 0] 10s")
+	want(t, "12:00:59", func() string { clk.add(9 * time.Second); return withReset(ask(t, c, "d", desc("m", "a"))) }(), "OVER_LIMIT [OVER_LIMIT 1/MINUTE: 0] 1s")
+	clk.add(time.Second)
+	want(t, "12:01:00, a new window", withReset(ask(t, c, "d", desc("m", "a"))), "OK [OK 1/MINUTE: 0] 1m0s")
+	// The week of the epoch ends on Thursday 00:00 UTC; a month is 30
+	// days from the epoch.
+	thursday := time.Date(2026, 3, 12, 0, 0, 0, 0, time.UTC).Sub(clk.now())
+	want(t, "week", withReset(ask(t, c, "d", desc("w", "a"))), fmt.Sprintf("OK [OK 5/WEEK: 4] %v", thursday))
+	p := int64(30 * 24 * 3600)
+	month := time.Duration(p-clk.now().Unix()%p) * time.Second
+	want(t, "month", withReset(ask(t, c, "d", desc("mo", "a"))), fmt.Sprintf("OK [OK 5/MONTH: 4] %v", month))
+}
+
+// TestReferenceCounts: with Options.Reference denied hits count as the
+// reference's INCRBY counts them: a charge above what is left leaves
+// the descriptor over its limit until its window ends, reads included;
+// hits above the limit answer OVER_LIMIT with nothing remaining; a limit
+// of 0 denies hits but not a read.
+func TestReferenceCounts(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	c := refServer(t, clk, `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: two
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: zero
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: big
+    rate_limit: {unit: hour, requests_per_unit: 4294967295}
+`, envoyrls.Options{})
+	hits := func(key string, n uint64) string {
+		d := desc(key, "a")
+		d.HitsAddend = wrapperspb.UInt64(n)
+		return withReset(ask(t, c, "d", d))
+	}
+	want(t, "5 of 10", hits("k", 5), "OK [OK 10/MINUTE: 5] 1m0s")
+	want(t, "10 more", hits("k", 10), "OVER_LIMIT [OVER_LIMIT 10/MINUTE: 0] 1m0s")
+	want(t, "then 1: the 10 counted", hits("k", 1), "OVER_LIMIT [OVER_LIMIT 10/MINUTE: 0] 1m0s")
+	want(t, "then a read", hits("k", 0), "OVER_LIMIT [OVER_LIMIT 10/MINUTE: 0] 1m0s")
+	want(t, "2 of 2", hits("two", 2), "OK [OK 2/MINUTE: 0] 1m0s")
+	want(t, "a read of a full window", hits("two", 0), "OK [OK 2/MINUTE: 0] 1m0s")
+	want(t, "1 more", hits("two", 1), "OVER_LIMIT [OVER_LIMIT 2/MINUTE: 0] 1m0s")
+	want(t, "a read of a window over", hits("two", 0), "OVER_LIMIT [OVER_LIMIT 2/MINUTE: 0] 1m0s")
+	want(t, "a read of 0", hits("zero", 0), "OK [OK 0/MINUTE: 0] 1m0s")
+	want(t, "1 of 0", hits("zero", 1), "OVER_LIMIT [OVER_LIMIT 0/MINUTE: 0] 1m0s")
+	want(t, "far too many", hits("zero", 1<<40), "OVER_LIMIT [OVER_LIMIT 0/MINUTE: 0] 1m0s")
+	want(t, "4294967295 of 4294967295", hits("big", 4294967295), "OK [OK 4294967295/HOUR: 0] 1h0m0s")
+	want(t, "then 1", hits("big", 1), "OVER_LIMIT [OVER_LIMIT 4294967295/HOUR: 0] 1h0m0s")
+}
+
+// TestReferenceAnswers: with Options.Reference several descriptors are
+// all charged (unless refunded: the reference's
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), the fields added are the
+// reference's (none unless named, then the descriptor with the fewest
+// remaining), and errors are Unknown.
+func TestReferenceAnswers(t *testing.T) {
+	t.Parallel()
+	const doc = `
+domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: route
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`
+	clk := newClock()
+	clk.add(2 * time.Second)
+	for _, charge := range []bool{true, false} {
+		c := refServer(t, clk, doc, envoyrls.Options{ChargeDenied: charge})
+		ask(t, c, "d", desc("route", "/"))
+		r := ask(t, c, "d", desc("user", "u"), desc("route", "/"))
+		want(t, fmt.Sprint("charged ", charge), statusText(r), map[bool]string{true: "OVER_LIMIT [OK 10/MINUTE: 9] [OVER_LIMIT 1/HOUR: 0]", false: "OVER_LIMIT [OK 10/MINUTE: 10] [OVER_LIMIT 1/HOUR: 0]"}[charge])
+		if h := r.GetResponseHeadersToAdd(); len(h) != 0 {
+			t.Errorf("fields %v without names", h)
+		}
+	}
+	c := refServer(t, clk, doc, envoyrls.Options{HeaderNames: envoyrls.HeaderNames{Limit: "A-Ratelimit-Limit", Remaining: "A-Ratelimit-Remaining", Reset: "A-Ratelimit-Reset"}})
+	fields := func(r *rlsv3.RateLimitResponse) string {
+		var out []string
+		for _, h := range r.GetResponseHeadersToAdd() {
+			out = append(out, h.GetKey()+": "+h.GetValue())
+		}
+		return strings.Join(out, ", ")
+	}
+	want(t, "fields", fields(ask(t, c, "d", desc("user", "u"), desc("route", "/"))), "A-Ratelimit-Limit: 1, A-Ratelimit-Remaining: 0, A-Ratelimit-Reset: 3598")
+	want(t, "fields, denied", fields(ask(t, c, "d", desc("user", "u"), desc("route", "/"))), "A-Ratelimit-Limit: 1, A-Ratelimit-Remaining: 0, A-Ratelimit-Reset: 3598")
+	want(t, "fields, one", fields(ask(t, c, "d", desc("user", "v"))), "A-Ratelimit-Limit: 10, A-Ratelimit-Remaining: 9, A-Ratelimit-Reset: 58")
+	for _, req := range []*rlsv3.RateLimitRequest{{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}}, {Domain: "x"}} {
+		if _, err := c.ShouldRateLimit(t.Context(), req); status.Code(err) != codes.Unknown {
+			t.Errorf("%v: %v, want Unknown", req, err)
+		}
+	}
+}
+
+// TestDynamicMetadata: with Options.DynamicMetadata the answer carries
+// the reference server's dynamic metadata: the request, and the metadata
+// of the rules of the descriptors that passed, the first one's name
+// winning (its integration-test/scripts/multiservice-tokenquota.sh:
+// Envoy routes to the service with quota left).
+func TestDynamicMetadata(t *testing.T) {
+	t.Parallel()
+	const doc = `
+domain: rl
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata:
+      service_with_quota:
+        name: "service_1"
+  - key: service
+    value: service_2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+    metadata:
+      service_with_quota:
+        name: "service_2"
+`
+	for _, ref := range []bool{false, true} {
+		clk := newClock()
+		opts := envoyrls.Options{DynamicMetadata: true}
+		var c rlsv3.RateLimitServiceClient
+		if ref {
+			c = refServer(t, clk, doc, opts)
+		} else {
+			c = serve(t, yamlServer(t, clk.limiter(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})), doc, opts))
+		}
+		read := func(value string) *ratelimitv3.RateLimitDescriptor {
+			d := desc("service", value)
+			d.HitsAddend = wrapperspb.UInt64(0)
+			return d
+		}
+		name := func() string {
+			r := ask(t, c, "rl", read("service_1"), read("service_2"))
+			md := r.GetDynamicMetadata()
+			if md.GetFields()["domain"].GetStringValue() != "rl" || len(md.GetFields()["descriptors"].GetListValue().GetValues()) != 2 {
+				t.Errorf("metadata %v", md)
+			}
+			return r.GetOverallCode().String() + " " + md.GetFields()["metadata"].GetStructValue().GetFields()["service_with_quota"].GetStructValue().GetFields()["name"].GetStringValue()
+		}
+		want(t, fmt.Sprint("reference ", ref, ": both have quota"), name(), "OK service_1")
+		ask(t, c, "rl", desc("service", "service_1"))
+		want(t, fmt.Sprint("reference ", ref, ": service_1 spent"), name(), "OK service_1")
+		// A charge past the limit: the reference counts it, so service_1
+		// is over; redlimit's engine denies it and counts nothing, so a
+		// read still passes (docs/envoy.md, "A denial counts nothing").
+		ask(t, c, "rl", desc("service", "service_1"))
+		want(t, fmt.Sprint("reference ", ref, ": service_1 charged past its limit"), name(), map[bool]string{false: "OK service_1", true: "OK service_2"}[ref])
+	}
+}
+
+// TestGlobalQuotaMode: Options.QuotaMode (QUOTA_MODE) puts every
+// descriptor in quota mode, as the reference's TestServiceGlobalQuotaMode.
+func TestGlobalQuotaMode(t *testing.T) {
+	t.Parallel()
+	c := serve(t, yamlServer(t, newClock().limiter(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})), `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`, envoyrls.Options{QuotaMode: true}))
+	ask(t, c, "d", desc("a", "x"))
+	want(t, "a over, b not", statusText(ask(t, c, "d", desc("a", "x"), desc("b", "x"))), "OK [OVER_LIMIT 1/MINUTE: 0] [OK 5/MINUTE: 4]")
+	want(t, "a over alone", statusText(ask(t, c, "d", desc("a", "x"))), "OVER_LIMIT [OVER_LIMIT 1/MINUTE: 0]")
 }

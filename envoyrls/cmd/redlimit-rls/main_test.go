@@ -209,17 +209,38 @@ func (p *process) check(t *testing.T) *rlsv3.RateLimitResponse {
 func TestParse(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"REDIS_URL": "redis:6379", "GRPC_PORT": "9000", "RUNTIME_ROOT": "/srv/runtime", "RUNTIME_SUBDIRECTORY": "ratelimit", "MERGE_DOMAIN_CONFIG": "true"}
-	s, err := parse([]string{"-redis", "redis://other:6379"}, func(k string) string { return env[k] }, io.Discard)
+	s, err := parse([]string{"-redis", "redis://other:6379"}, newEnv(func(k string) string { return env[k] }), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.redis != "redis://other:6379" || s.grpcAddr != ":9000" || s.httpAddr != ":8080" || s.config != "/srv/runtime/ratelimit/config" || !s.merge || s.timeout != 100*time.Millisecond {
 		t.Errorf("%+v", s)
 	}
-	if _, err := parse([]string{"x"}, func(string) string { return "" }, io.Discard); err == nil {
+	if _, err := parse([]string{"x"}, newEnv(func(string) string { return "" }), io.Discard); err == nil {
 		t.Error("an argument accepted")
 	}
-	if err := run(t.Context(), []string{"-config", t.TempDir()}, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), "no *.yaml") {
-		t.Errorf("an empty config directory: %v", err)
+}
+
+// TestCompatTimeout: with -compat reference a decision waits for Redis
+// as long as the reference's REDIS_TIMEOUT says (10 s by default), unless
+// REDLIMIT_TIMEOUT or -timeout says otherwise; the default mode's bound
+// is 100 ms.
+func TestCompatTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want time.Duration
+	}{
+		{nil, nil, 100 * time.Millisecond},
+		{[]string{"REDLIMIT_COMPAT=reference"}, nil, 10 * time.Second},
+		{[]string{"REDLIMIT_COMPAT=reference", "REDIS_TIMEOUT=3s"}, nil, 3 * time.Second},
+		{[]string{"REDLIMIT_COMPAT=reference", "REDLIMIT_TIMEOUT=50ms"}, nil, 50 * time.Millisecond},
+		{[]string{"REDLIMIT_COMPAT=reference"}, []string{"-timeout", "1s"}, time.Second},
+	} {
+		s, err := parse(tc.args, envOf(tc.env), io.Discard)
+		if err != nil || s.timeout != tc.want {
+			t.Errorf("%v %v: timeout %v (%v), want %v", tc.env, tc.args, s.timeout, err, tc.want)
+		}
 	}
 }
