@@ -318,3 +318,23 @@ func testReserveUpTo(t *testing.T, rdb redis.UniversalClient) {
 		}
 	}
 }
+
+// TestTakeRestZero: a limit that takes up to 0 takes nothing: the
+// decision is a look, and the state is as it was (it took 1 before,
+// found through envoyrls). Every algorithm, on miniredis.
+func TestTakeRestZero(t *testing.T) {
+	t.Parallel()
+	lim, _, _ := miniLimiter(t)
+	ctx := context.Background()
+	for _, a := range suiteAlgorithms {
+		key := "k-" + a.name
+		q := core.Request{Key: key, Limits: []core.Limit{a.limit}, Costs: []int{0}, TakeRest: []bool{true}}
+		dec, err := lim.Decide(ctx, &q)
+		if err != nil || !dec.Allowed || q.Costs[0] != 0 {
+			t.Fatalf("%s: up to 0: %+v, %v, took %d; want allowed, 0 taken", a.name, dec.Result, err, q.Costs[0])
+		}
+		if left := allowN(t, lim, key, a.limit, 0).Remaining; left != a.limit.Capacity() {
+			t.Fatalf("%s: %d left after taking up to 0, want all %d", a.name, left, a.limit.Capacity())
+		}
+	}
+}

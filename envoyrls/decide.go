@@ -114,9 +114,6 @@ func (s *Server) decideAligned(ctx context.Context, v *verdict, refundable bool)
 	}
 	v.cost[0] = v.hits
 	q := core.Request{Key: v.key, Limits: v.lims[:], Costs: v.cost[:], TakeRest: takeRest, Reserve: refundable}
-	if v.hits == 0 { // a read: nothing to take
-		q.TakeRest = nil
-	}
 	d, err := s.lim.Decide(ctx, &q)
 	if v.err = err; err != nil {
 		return

@@ -196,8 +196,9 @@ local function general()
 
   -- upto returns the cost of a limit that takes up to `cost` (algorithm
   -- alg, arguments from ARGV[at]): up to cost of what is left, or 1 if
-  -- none is (denied: the wait is for one).
+  -- none is (denied: the wait is for one); 0, a look, for up to nothing.
   local function upto(key, cost, alg, at)
+    if cost <= 0 then return 0 end
     local _, remaining = alg.decide(key, 0, at, false)
     return math.max(1, math.min(cost, remaining))
   end
