@@ -154,17 +154,27 @@ type Limit struct {
 var ErrMalformed = errors.New("redlimit: a script's reply is malformed")
 
 // ReadDecision reads reply, a decision's, into limits (as many as the
-// decision had) and returns what it says of the whole.
+// decision had) and returns what it says of the whole. A reply may leave
+// out values at its end that are 0 (the common decision's does: its
+// taken, mark and epoch): they read as 0.
 func ReadDecision(reply []int64, limits []Limit) (Decision, error) {
-	if want := decisionWidth + limitWidth*len(limits); len(reply) != want {
-		return Decision{}, fmt.Errorf("%w: %d values for %d limits, want %d", ErrMalformed, len(reply), len(limits), want)
+	full := decisionWidth + limitWidth*len(limits)
+	if len(reply) > full || len(reply) <= full-limitWidth {
+		return Decision{}, fmt.Errorf("%w: %d values for %d limits, want %d", ErrMalformed, len(reply), len(limits), full)
+	}
+	v := func(i int) int64 { // reply[i], or a 0 left out
+		if i < len(reply) {
+			return reply[i]
+		}
+		return 0
 	}
 	for i := range limits {
-		r := reply[decisionWidth+limitWidth*i:]
-		limits[i] = Limit{Allowed: r[0] == 1, Remaining: int(r[1]), RetryAfter: us(r[2]), ResetAfter: us(r[3]),
-			Delay: us(r[4]), NextAfter: us(r[5]), Taken: int(r[6]), Mark: r[7], Epoch: r[8]}
+		at := decisionWidth + limitWidth*i
+		limits[i] = Limit{Allowed: v(at) == 1, Remaining: int(v(at + 1)), RetryAfter: us(v(at + 2)),
+			ResetAfter: us(v(at + 3)), Delay: us(v(at + 4)), NextAfter: us(v(at + 5)), Taken: int(v(at + 6)),
+			Mark: v(at + 7), Epoch: v(at + 8)}
 	}
-	return Decision{Allowed: reply[0] == 1, Clock: reply[1], Fetched: int(reply[2])}, nil
+	return Decision{Allowed: reply[0] == 1, Clock: v(1), Fetched: int(v(2))}, nil
 }
 
 // AppendBatched appends one call of a batch (its kind, Decide or Settle

@@ -50,14 +50,14 @@ func TestWire(t *testing.T) {
 			key := s.Name + ":k"
 
 			d, l := read(run([]string{key}, append([]any{wire.Decide}, decide("", 3)...)))
-			if !d.Allowed || d.Clock != now.UnixMicro() || !l.Allowed || l.Remaining != 7 || l.Taken != 3 ||
+			if !d.Allowed || d.Clock != 0 || !l.Allowed || l.Remaining != 7 || l.Taken != 0 ||
 				l.ResetAfter != 300*time.Millisecond || l.NextAfter != 100*time.Millisecond {
-				t.Fatalf("a decision of 3 of 10/s: %+v, %+v", d, l)
+				t.Fatalf("a decision of 3 of 10/s: %+v, %+v; want no clock (no reservation), nothing taken up to", d, l)
 			}
 
 			d, l = read(run([]string{key}, append([]any{wire.Decide}, decide("42", 4)...)))
-			if !d.Allowed || l.Remaining != 3 || l.Epoch == 0 {
-				t.Fatalf("a reservation of 4: %+v, %+v; want 3 remaining, an epoch", d, l)
+			if !d.Allowed || d.Clock != now.UnixMicro() || l.Remaining != 3 || l.Epoch == 0 {
+				t.Fatalf("a reservation of 4: %+v, %+v; want its clock, 3 remaining, an epoch", d, l)
 			}
 			settle := wire.AppendSettlement([]any{wire.Settle}, wire.Clock(now, false), "42", d.Clock, false)
 			settle = wire.AppendSettled(settle, wire.Settled{Delta: -4, Reserved: 4, Reset: l.ResetAfter,
@@ -86,5 +86,37 @@ func TestWire(t *testing.T) {
 				t.Fatalf("%d values past the batch's two calls", len(rest))
 			}
 		})
+	}
+}
+
+// TestReadDecisionShort: a reply may leave out 0s at its end, only of its
+// last limit; anything shorter or longer is malformed.
+func TestReadDecisionShort(t *testing.T) {
+	full := []int64{1, 7, 0, 1, 5, 0, 300, 0, 100, 2, 9, 8}
+	for n := len(full); n >= 3; n-- {
+		limits := make([]wire.Limit, 1)
+		d, err := wire.ReadDecision(full[:n], limits)
+		if n < 4 {
+			if err == nil {
+				t.Errorf("%d values for one limit read as %+v", n, limits[0])
+			}
+			continue
+		}
+		if err != nil || !d.Allowed || d.Clock != 7 || !limits[0].Allowed {
+			t.Errorf("%d values: %+v, %+v, %v", n, d, limits[0], err)
+		}
+		if want := int64(8); n < len(full) && limits[0].Epoch != 0 || n == len(full) && limits[0].Epoch != want {
+			t.Errorf("%d values: epoch %d", n, limits[0].Epoch)
+		}
+	}
+	two := append(append([]int64{}, full...), 1, 4)
+	if _, err := wire.ReadDecision(two, make([]wire.Limit, 2)); err != nil {
+		t.Errorf("two limits, the second's left out from its remaining on: %v", err)
+	}
+	if _, err := wire.ReadDecision(full[:11], make([]wire.Limit, 2)); err == nil {
+		t.Error("two limits, the first one short: read")
+	}
+	if _, err := wire.ReadDecision(append(full, 0), make([]wire.Limit, 1)); err == nil {
+		t.Error("a value too many: read")
 	}
 }

@@ -18,12 +18,16 @@
 -- Reply   {allowed, clock, fetched, then per limit: allowed, remaining,
 --         retry_after, reset_after, delay, next, taken, mark, epoch}:
 --         allowed is 1 if every limit allowed, else 0; clock the
---         decision's, in µs (a settlement sends it back); fetched what a
---         prefetch took beyond the cost; per limit, taken is the cost it
---         was decided at (what "take up to" took), mark and epoch what its
---         settlement sends back (0 without a reservation or prefetch). When
---         a limit denies, the others report
---         their state as it stays. Durations in µs.
+--         decision's, in µs, which a settlement sends back (0 when it
+--         makes no reservation or prefetch); fetched what a prefetch took
+--         beyond the cost; per limit, taken is what "take up to" took (0
+--         for a limit that does not), mark and epoch what its settlement
+--         sends back (0 without a reservation or prefetch). The last
+--         limit's taken, mark and epoch are left out when they are 0 at
+--         the end of the reply (wire.ReadDecision reads them as 0), as the
+--         fast paths' replies leave them out (first.lua). When a limit
+--         denies, the others report their state as it stays. Durations
+--         in µs.
 local limit_width = 9 -- values per limit in the reply (wire.go's limitWidth)
 
 -- upto returns the cost of a limit that takes up to `cost` (algorithm
@@ -35,14 +39,25 @@ local function upto(key, cost, alg, at)
   return math.max(1, math.min(cost, remaining))
 end
 
+-- trimmed leaves out the last limit's taken, mark and epoch where they
+-- end the reply as 0s.
+local function trimmed(reply)
+  for _ = 1, 3 do
+    if reply[#reply] ~= 0 then break end
+    reply[#reply] = nil
+  end
+  return reply
+end
+
 local function decide(k, n, at)
   now, rid, fetching = clock(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2])
   rid_n = tonumber(rid) or 0
   at = at + 3
-  local algs, starts, costs = {}, {}, {}
+  local algs, starts, costs, took = {}, {}, {}, {}
   for i = 1, n do -- each limit's algorithm, arguments and cost
     local alg, key, cost = algorithms[ARGV[at + 2]], KEYS[k + i - 1], tonumber(ARGV[at])
-    if ARGV[at + 1] == '1' then cost = upto(key, cost, alg, at + 3) end
+    took[i] = 0
+    if ARGV[at + 1] == '1' then cost = upto(key, cost, alg, at + 3); took[i] = cost end
     if fetching > 0 then -- as many more as fit now under every limit
       local _, remaining = alg.decide(key, 0, at + 3, false)
       fetching = math.max(0, math.min(fetching, remaining - cost))
@@ -50,19 +65,19 @@ local function decide(k, n, at)
     algs[i], starts[i], costs[i] = alg, at + 3, cost
     at = at + 3 + alg.args
   end
-  local reply, denied = {1, now, fetching}, false
+  local reply, denied = {1, rid ~= '' and now or 0, fetching}, false
   -- decided stores limit i's answer in the reply; it reports whether it allowed.
   local function decided(i, ...)
     local r = 4 + (i - 1) * limit_width
     reply[r], reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 7], reply[r + 8] = ...
-    reply[r + 6], reply[r + 7], reply[r + 8] = costs[i], reply[r + 7] or 0, reply[r + 8] or 0
+    reply[r + 6], reply[r + 7], reply[r + 8] = took[i], reply[r + 7] or 0, reply[r + 8] or 0
     if rid == '' then reply[r + 7], reply[r + 8] = 0, 0 end -- nothing settles it
     return reply[r] == 1
   end
   if n == 1 then -- one limit: decide and store in one pass
     local cost = costs[1] + fetching
     if not decided(1, algs[1].decide(KEYS[k], cost, starts[1], cost > 0)) then reply[1], reply[3] = 0, 0 end
-    return reply
+    return trimmed(reply)
   end
   -- Several: decide each without storing; only if all allow, decide each
   -- again, storing: nothing changed in between, so the answers are the
@@ -78,5 +93,5 @@ local function decide(k, n, at)
     end
   end
   if denied then reply[1], reply[3] = 0, 0 end
-  return reply
+  return trimmed(reply)
 end

@@ -19,23 +19,6 @@
 --         The other calls of the batch are answered as alone.
 local decide, settle -- general's: defined the first time a call needs them
 
--- quick answers a decision of one limit with its algorithm's fast path
--- (head.lua), if it has one and the decision is common (no reservation,
--- no prefetch, no "take up to"), in decide's reply; or returns nothing,
--- having written nothing.
-local function quick(k, at)
-  local f = fast[ARGV[at + 5]]
-  if not f or ARGV[at + 1] ~= '' or ARGV[at + 2] ~= '0' or ARGV[at + 4] ~= '0' then return end
-  now = clock(ARGV[at])
-  if now < 0 then return end -- before 1970: a key lives -now µs at least, which the general path does
-  local sent = ARGV[at + 3]
-  local cost = 1
-  if sent ~= '1' then cost = sent + 0 end -- "1", the usual cost, without strtod
-  local allowed, remaining, retry, reset, next = f(KEYS[k], cost, at + 6, sent)
-  if not allowed then return end
-  return {allowed, now, 0, allowed, remaining, retry, reset, 0, next, cost, 0, 0}
-end
-
 -- call makes one decision ("d") or settlement ("s") of n keys from KEYS[k],
 -- its arguments from ARGV[at].
 local function call(kind, k, n, at)
