@@ -277,12 +277,16 @@ func checkFields(t *testing.T, what string, l core.Limit, profile redlimit.Heade
 			t.Fatalf("%s: RateLimit-Policy %q without w", what, h.Get("RateLimit-Policy"))
 		}
 		// q is what the window surely allows: rate per period, over w,
-		// rounded down; w covers a period at least.
+		// rounded down; w covers a period at least. A calendar limit's
+		// period is the window now is in, as long as the calendar has it.
 		period := big.NewInt(int64(l.Period / time.Microsecond))
+		if start, end, ok := l.Window(time.Now()); ok {
+			period = big.NewInt(int64(end.Sub(start) / time.Microsecond))
+		}
 		window := new(big.Int).Mul(big.NewInt(w), big.NewInt(int64(time.Second/time.Microsecond)))
 		quota, rest := new(big.Int).QuoRem(new(big.Int).Mul(big.NewInt(int64(l.Rate)), window), period, new(big.Int))
 		if !quota.IsInt64() || quota.Int64() != q || window.Cmp(period) < 0 {
-			t.Fatalf("%s: RateLimit-Policy %q: q=%d;w=%d, want q=%v (rate %d per %v over %d s)", what, h.Get("RateLimit-Policy"), q, w, quota, l.Rate, l.Period, w)
+			t.Fatalf("%s: RateLimit-Policy %q: q=%d;w=%d, want q=%v (rate %d per %v µs over %d s)", what, h.Get("RateLimit-Policy"), q, w, quota, l.Rate, period, w)
 		}
 		// Where a window of whole seconds is whole periods, within an
 		// hour, and its quota fits, it is that window, exact.
