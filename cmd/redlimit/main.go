@@ -62,7 +62,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, nil))
 }
 
 // usage is the command line's summary, for -h and mistakes.
@@ -78,8 +78,10 @@ run "redlimit COMMAND -h" for the flags; "go doc github.com/redlimit/redlimit/cm
 var errUsage = errors.New("usage")
 
 // run runs the command line args with the environment env and returns
-// the exit status.
-func run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
+// the exit status. clock, if not nil, is the time the decisions pass to
+// Redis instead of its own (core.WithClock), for the tests of a page
+// written at one instant.
+func run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer, clock func() time.Time) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
 		if len(args) == 0 {
@@ -90,7 +92,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	cmd, args := args[0], args[1:]
 	c, err := parse(cmd, args, env, stdout, stderr)
 	if err == nil {
-		c.out = stdout
+		c.out, c.clock = stdout, clock
 		switch cmd {
 		case "show":
 			err = c.show(ctx)
@@ -125,6 +127,7 @@ type command struct {
 	json     bool
 	timeout  time.Duration
 	out      io.Writer
+	clock    func() time.Time // nil: the Redis server's
 }
 
 // parse parses the command name's flags and arguments, anywhere on the
@@ -198,7 +201,7 @@ func (c *command) connect() (redis.UniversalClient, error) {
 // does, and makes every call wait for Redis's answer up to the timeout.
 func (c *command) limiter(rdb redis.UniversalClient) *core.Limiter {
 	return core.New(rdb, core.WithPrefix(c.prefix), core.WithTimeout(c.timeout),
-		core.WithDenyCache(0), core.WithBreaker(0))
+		core.WithDenyCache(0), core.WithBreaker(0), core.WithClock(c.clock))
 }
 
 // where describes the Redis of c, without its password.

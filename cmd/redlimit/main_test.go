@@ -107,7 +107,7 @@ func (s *service) send(tenant, plan, method, path string) int {
 func tool(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), args, func(k string) string { return env[k] }, &stdout, &stderr)
+	code := run(context.Background(), args, func(k string) string { return env[k] }, &stdout, &stderr, nil)
 	return code, stdout.String(), stderr.String()
 }
 

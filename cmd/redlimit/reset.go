@@ -66,15 +66,17 @@ func only(gs []group, rule string) ([]group, error) {
 // give them: redlimit.WithTier, redlimit.WithBudget).
 func (c *command) check() error {
 	file := c.args[0]
-	rules, err := readRules(file)
+	rules, err := readRules(file) // its errors name the file
 	if err == nil {
-		err = buildRules(rules)
+		if err = buildRules(rules); err != nil {
+			err = fmt.Errorf("%s: %w", file, err)
+		}
 	}
 	if err != nil {
 		if c.json {
 			return c.writeCheck(checkReport{File: file, Error: err.Error()}, err)
 		}
-		return fmt.Errorf("%s: %w", file, err)
+		return err
 	}
 	states, err := rules.States("key")
 	if err != nil { // not reached: NewRuleSet checked the rules

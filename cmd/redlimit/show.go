@@ -217,11 +217,11 @@ func writeTable(out io.Writer, r report) error {
 	if r.StateKey != r.Key {
 		key += fmt.Sprintf(" (stored as %q)", r.StateKey)
 	}
-	what := "state"
 	if r.Reset {
-		what = "reset; the state it had"
+		fmt.Fprintf(out, "reset %s in %s (prefix %q); its state was:\n", key, r.RedisSeen, r.Prefix)
+	} else {
+		fmt.Fprintf(out, "state of %s in %s (prefix %q):\n", key, r.RedisSeen, r.Prefix)
 	}
-	fmt.Fprintf(out, "key %s, prefix %q, %s: %s\n", key, r.Prefix, r.RedisSeen, what)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "RULE\tLIMIT\tLEFT\tFULL IN\tSTATE")
 	for _, row := range r.Limits {
@@ -232,20 +232,35 @@ func writeTable(out io.Writer, r report) error {
 	}
 	switch {
 	case r.Reset:
-		fmt.Fprintf(out, "%d limits reset: %s is at its full allowance under them (instances that denied it in the last second may go on denying it for up to a second)\n", len(r.Limits), key)
+		fmt.Fprintf(out, "%s reset to the full allowance (an instance of the service that denied the key in the last second may deny it for up to a second more)\n", plural(len(r.Limits), "limit"))
 	case len(r.Limits) == 0:
 		fmt.Fprintf(out, "no rule to show (is -tier right?)\n")
 	case r.Denying == 0:
 		fmt.Fprintf(out, "no limit denies %s now (a request costing more than LEFT still would)\n", key)
 	default:
-		fmt.Fprintf(out, "%d of %d limits deny %s now:\n", r.Denying, len(r.Limits), key)
+		noun, verb := "limits", "deny"
+		if len(r.Limits) == 1 {
+			noun = "limit"
+		}
+		if r.Denying == 1 {
+			verb = "denies"
+		}
+		fmt.Fprintf(out, "%d of %d %s %s %s now:\n", r.Denying, len(r.Limits), noun, verb, key)
 		for _, row := range r.Limits {
 			if row.Denies {
-				fmt.Fprintf(out, "  %s %s: %s\n", row.Rule, row.Limit, row.state())
+				fmt.Fprintf(out, "  %s %s: %s\n", row.Rule, row.Limit, strings.TrimPrefix(row.state(), "DENIES: "))
 			}
 		}
 	}
 	return nil
+}
+
+// plural writes n things: "1 limit", "3 limits".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // state says in words what a limit does to a request of cost 1 now.
