@@ -151,20 +151,21 @@ func TestCostZeroWritesNothing(t *testing.T) {
 	}
 }
 
-// TestLook: what Look reads of every algorithm, on miniredis and a real
-// redis-server: the remaining count, the slots held, a debt, each under
+// TestLook: what Look reads of every algorithm, on miniredis, a real
+// redis-server and a Cluster: the remaining count, the slots held, a debt, each under
 // the name Decide keeps it under in its scope; and ResetRequest forgets
 // exactly the Request's limits in their scopes.
 func TestLook(t *testing.T) {
 	t.Parallel()
 	for _, b := range []struct {
 		name string
-		rdb  func(t *testing.T) *redis.Client
+		rdb  func(t *testing.T) redis.UniversalClient
 	}{
-		{"miniredis", func(t *testing.T) *redis.Client {
+		{"miniredis", func(t *testing.T) redis.UniversalClient {
 			return redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 		}},
-		{"redis-server", func(t *testing.T) *redis.Client { return redistest.Standalone(t).Client(t) }},
+		{"redis-server", func(t *testing.T) redis.UniversalClient { return redistest.Standalone(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.NewCluster(t, 3).Client(t) }},
 	} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
@@ -173,7 +174,7 @@ func TestLook(t *testing.T) {
 	}
 }
 
-func testLook(t *testing.T, rdb *redis.Client) {
+func testLook(t *testing.T, rdb redis.UniversalClient) {
 	ctx := context.Background()
 	now := time.Date(2025, 11, 12, 10, 0, 0, 0, time.UTC)
 	lim := core.New(rdb, patient, core.WithClock(func() time.Time { return now }))
