@@ -174,7 +174,11 @@ func (a *answerer) headers(h map[string][]string, n *fieldNames, d *Decision, qu
 				rl.WriteString(strconv.FormatInt(t, 10))
 			}
 			rl.WriteString(pk)
-			pol.WriteString(q.policy)
+			if q.calendar != nil { // its window's length changes: the one now is in
+				pol.WriteString(q.calendar.at(time.Now()))
+			} else {
+				pol.WriteString(q.policy)
+			}
 		}
 		addToList(h, n.rateLimit, rl.String())
 		addToList(h, n.policy, pol.String())

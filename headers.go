@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dunglas/httpsfv"
@@ -58,10 +59,11 @@ var (
 type quota struct {
 	scope    string
 	limit    core.Limit
-	name     string   // the draft's list member name
-	member   string   // the same, as a structured-field string
-	capacity []string // X-RateLimit-Limit
-	policy   string   // its RateLimit-Policy list member
+	name     string          // the draft's list member name
+	member   string          // the same, as a structured-field string
+	capacity []string        // X-RateLimit-Limit
+	policy   string          // its RateLimit-Policy list member
+	calendar *calendarPolicy // for a calendar limit, whose window's length changes, its member now; nil for others
 }
 
 // quotasOf returns the quotas of a policy's limits. The first is named as
@@ -87,7 +89,10 @@ func quotasOf(scope string, limits []core.Limit) []quota {
 		}
 		quotas[i] = quota{scope: scope, limit: l, name: name, member: sfString(name),
 			capacity: []string{strconv.Itoa(l.Capacity())},
-			policy:   policyItem(name, l),
+			policy:   policyItem(name, l, l.Period),
+		}
+		if l.Calendar != "" {
+			quotas[i].calendar = &calendarPolicy{name: name, limit: l}
 		}
 	}
 	return quotas
@@ -112,7 +117,9 @@ const maxWindow = time.Hour
 // 9651, 3.3.1).
 const sfMaxInteger = 999_999_999_999_999
 
-// policyItem is the RateLimit-Policy list member of a limit named name:
+// policyItem is the RateLimit-Policy list member of a limit named name
+// whose window is period long (a calendar limit's: the window's own
+// length, calendarPolicy):
 // "name";q=<quota>;w=<window in seconds>, with ;redlimit-burst=<capacity>
 // where the capacity differs from q; for a Concurrency limit
 // "name";q=<in flight>;qu="concurrent-requests". The draft's window is a
@@ -124,14 +131,14 @@ const sfMaxInteger = 999_999_999_999_999
 // down. The arithmetic is exact for every valid limit: a period is at
 // most 2^63 ns, a rate at most 2^32, and their products are worked out
 // in 128 bits.
-func policyItem(name string, l core.Limit) string {
+func policyItem(name string, l core.Limit, period time.Duration) string {
 	item := httpsfv.NewItem(name)
 	if l.Algorithm == core.Concurrency { // no window: requests in flight
 		item.Params.Add("q", sfInteger(int64(l.Rate)))
 		item.Params.Add("qu", "concurrent-requests")
 		return sfList(name, item)
 	}
-	q, window := policyWindow(l.Rate, l.Period)
+	q, window := policyWindow(l.Rate, period)
 	item.Params.Add("q", q)
 	if l.Unit != "" { // the registry's units name none of these: the limit's own word
 		item.Params.Add("qu", l.Unit)
@@ -141,6 +148,37 @@ func policyItem(name string, l core.Limit) string {
 		item.Params.Add("redlimit-burst", sfInteger(c))
 	}
 	return sfList(name, item)
+}
+
+// calendarPolicy is the RateLimit-Policy member of a calendar limit,
+// whose window is as long as the calendar says: w is the length of the
+// window now is in (2 592 000 s in November, 2 678 400 in December, 82 800
+// for a day that loses an hour), worked out once per window. It is safe
+// for concurrent use.
+type calendarPolicy struct {
+	name  string
+	limit core.Limit
+	cur   atomic.Pointer[calendarItem] // the last window's member; nil before the first
+}
+
+// calendarItem is a calendar limit's member in one window, [from, to).
+type calendarItem struct {
+	from, to time.Time
+	member   string
+}
+
+// at returns the member of the window that holds now.
+func (c *calendarPolicy) at(now time.Time) string {
+	if it := c.cur.Load(); it != nil && !now.Before(it.from) && now.Before(it.to) {
+		return it.member
+	}
+	from, to, ok := c.limit.Window(now)
+	if !ok { // not reached: the limit was checked
+		return policyItem(c.name, c.limit, c.limit.Period)
+	}
+	it := &calendarItem{from: from, to: to, member: policyItem(c.name, c.limit, to.Sub(from))}
+	c.cur.Store(it)
+	return it.member
 }
 
 // sfInteger bounds n to a structured field's Integer. Every valid limit's

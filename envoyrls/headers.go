@@ -78,11 +78,17 @@ func capacity(v *verdict) int {
 // policyItem is the RateLimit-Policy member of a descriptor's limit:
 // "name";q=<rate>;w=<period in seconds>, and ;redlimit-burst=<capacity>
 // where the capacity differs from the rate, as redlimit's HTTP layer
-// writes it. Every unit of the format is a whole number of seconds.
+// writes it. Every unit of the format is a whole number of seconds; a
+// calendar window's w is the window now is in, as long as the calendar
+// has it (2 592 000 s in November).
 func policyItem(name string, v *verdict) string {
 	item := httpsfv.NewItem(printable(name))
 	item.Params.Add("q", int64(v.rate))
-	item.Params.Add("w", int64(v.limit.Period/time.Second))
+	window := v.limit.Period
+	if start, end, ok := v.limit.Window(time.Now()); ok {
+		window = end.Sub(start)
+	}
+	item.Params.Add("w", int64(window/time.Second))
 	if c := capacity(v); c != v.rate {
 		item.Params.Add("redlimit-burst", int64(c))
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -414,6 +415,40 @@ descriptors:
 
 	c = serve(t, yamlServer(t, clk.limiter(rdb), doc, envoyrls.Options{Headers: redlimit.HeadersNone}))
 	want(t, "none", fields(ask(t, c, "d", desc("user", "w"))), "")
+}
+
+// TestHeadersCalendar: a calendar month's draft field announces the
+// month it is in, as long as it is (2 592 000 s in November), never the
+// mean month's 2 629 746 s.
+func TestHeadersCalendar(t *testing.T) {
+	t.Parallel()
+	const doc = `
+domain: d
+descriptors:
+  - key: tenant
+    rate_limit: {unit: month, requests_per_unit: 60, calendar: UTC, name: quota}
+`
+	month := func() int64 {
+		now := time.Now().UTC()
+		first := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+		return int64(first.AddDate(0, 1, 0).Sub(first) / time.Second)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	c := serve(t, yamlServer(t, core.New(rdb), doc, envoyrls.Options{Headers: redlimit.HeadersDraft}))
+	before := month()
+	r := ask(t, c, "d", desc("tenant", "acme"))
+	if month() != before {
+		t.Skip("the month changed during the request") // a moment once a month
+	}
+	var got string
+	for _, h := range r.GetResponseHeadersToAdd() {
+		if h.GetKey() == "ratelimit-policy" {
+			got = h.GetValue()
+		}
+	}
+	if want := `"quota";q=60;w=` + strconv.FormatInt(before, 10); got != want {
+		t.Errorf("ratelimit-policy %q, want %q", got, want)
+	}
 }
 
 // TestExtensions: algorithm, burst, a calendar month in a zone, a limit

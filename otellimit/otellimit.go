@@ -7,16 +7,20 @@
 //	metrics, err := otellimit.New(mp)                                   // construct (nil: the global provider)
 //	h := nethttp.New(lim, core.PerMinute(100), metrics.Observer())(api) // plug into the middleware
 //
-// The instruments, of the meter "github.com/redlimit/redlimit/otellimit":
+// The instruments, of the meter "github.com/redlimit/redlimit/otellimit"
+// (the *Name constants; docs/metrics.md lists the same, and a test holds
+// the three together):
 //
-//	redlimit.decisions          counter, {decision}   redlimit.policy, redlimit.outcome
-//	redlimit.decision.duration  histogram, s          redlimit.policy (DefaultBuckets)
-//	redlimit.breaker.open       gauge, 1 while open   redlimit.limiter (WatchLimiter)
-//	redlimit.breaker.opens      counter, {opening}    redlimit.limiter (WatchLimiter)
+//	redlimit.decisions            counter, {decision}     redlimit.policy, redlimit.outcome
+//	redlimit.decision.duration    histogram, s            redlimit.policy (DefaultBuckets)
+//	redlimit.breaker.open         gauge, 1 while open     redlimit.limiter (WatchLimiter)
+//	redlimit.breaker.opens        counter, {opening}      redlimit.limiter (WatchLimiter)
+//	redlimit.settlements.failed   counter, {settlement}   redlimit.limiter (WatchLimiter)
+//	redlimit.releases.retried     counter, {release}      redlimit.limiter (WatchLimiter)
+//	redlimit.releases.abandoned   counter, {release}      redlimit.limiter (WatchLimiter)
 //
-// Through a Prometheus exporter they read as promlimit's metrics do:
-// redlimit_decisions_total, redlimit_decision_duration_seconds,
-// redlimit_breaker_open and redlimit_breaker_opens_total.
+// Through a Prometheus exporter they read as promlimit's metrics do
+// (redlimit_decisions_total, ...).
 //
 // redlimit.outcome is one of the redlimit.Outcome values: allowed, denied,
 // denied_cached, dry_run_denied, local, error, invalid, skipped.

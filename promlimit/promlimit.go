@@ -6,12 +6,16 @@
 //	h := nethttp.New(lim, core.PerMinute(100), metrics.Observer())(api) // plug into the middleware
 //	mux.Handle("GET /metrics", promhttp.Handler())                      // expose
 //
-// The metrics:
+// The metrics (the *Name constants; docs/metrics.md lists the same, and a
+// test holds the three together):
 //
 //	redlimit_decisions_total{policy,outcome}         counter
 //	redlimit_decision_duration_seconds{policy}       histogram (DefaultBuckets)
 //	redlimit_breaker_open{limiter}                   gauge, 1 while open (WatchLimiter)
 //	redlimit_breaker_opens_total{limiter}            counter, openings (WatchLimiter)
+//	redlimit_settlements_failed_total{limiter}       counter, failed settlements (WatchLimiter)
+//	redlimit_releases_retried_total{limiter}         counter, slots freed after them (WatchLimiter)
+//	redlimit_releases_abandoned_total{limiter}       counter, slots left to their lease (WatchLimiter)
 //
 // outcome is one of the redlimit.Outcome values: allowed, denied,
 // denied_cached, dry_run_denied, local, error, invalid, skipped. policy is
@@ -226,8 +230,11 @@ func (m *Metrics) policy(name string) *policyMetrics {
 
 // WatchLimiter exports lim's breaker state as redlimit_breaker_open with
 // the label limiter="name": 1 while it is open, 0 otherwise, read from
-// lim.Stats() at each scrape; and how many times it opened as
-// redlimit_breaker_opens_total. Watch each
+// lim.Stats() at each scrape; how many times it opened as
+// redlimit_breaker_opens_total; and its failed settlements and their
+// releases as redlimit_settlements_failed_total,
+// redlimit_releases_retried_total and redlimit_releases_abandoned_total.
+// Watch each
 // Limiter once, under a name of its own; a name already watched, or an
 // empty one, is an error, as is a nil or zero Limiter (make it with
 // core.New).

@@ -187,9 +187,10 @@ local function general()
 
     local weighted = counts[0] * (size - into) -- the oldest sub-bucket's share, times size
     for i = 1, k do weighted = weighted + counts[i] * size end
-    local remaining = math.max(0, math.floor((burst * size - weighted) / size))
-    if cost > remaining then
-      return 0, remaining, wait(cost), reset(), 0, wait(remaining + 1), 0, 0
+    local free = math.floor((burst * size - weighted) / size) -- below 0: a debt (settle)
+    local remaining = math.max(0, free)
+    if cost > remaining or free < 0 then -- in debt even a cost of 0 waits, until it is paid
+      return 0, free, wait(cost), reset(), 0, wait(remaining + 1), 0, 0
     end
     counts[k] = counts[k] + cost
     if e == 0 then e = rid_n end -- afresh: a reservation's, the first since
