@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -296,4 +297,83 @@ func TestStateLossCluster(t *testing.T) {
 	l.CheckLoss()
 	l.CheckLoss()
 	l.said(t, "cluster", flushed, "deleted while it ran")
+}
+
+// TestStateLossQuota is the case with the default check period:
+// three instances use up a tenant's month; then the server is killed and
+// restarted without persistence, or flushed. The tenant's next 70
+// requests find the month forgotten (60 admitted: nothing can restore the
+// count), and each instance, deciding as usual, says so once and counts it.
+// Before that, each warned once that the server persists nothing.
+func TestStateLossQuota(t *testing.T) {
+	t.Parallel()
+	for _, event := range []string{"restart", "flushall"} {
+		t.Run(event, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Standalone(t)
+			monthly := month(t)
+			var lims []lossLimiter
+			for range 3 { // no deny cache: its denials of the tenant would outlive the loss by up to a second
+				lims = append(lims, newLossLimiter(t, srv.Client(t), core.WithLossCheck(time.Second), core.WithDenyCache(0)))
+			}
+			ctx := context.Background()
+			useUp(t, monthly, lims...)
+			// Decisions flow until every instance has checked the server
+			// (and warned, the month being a limit of an hour or more).
+			decideUntil(t, lims, "tenant:other", monthly, func() bool {
+				for _, l := range lims {
+					if len(l.lines(persistLine)) == 0 {
+						return false
+					}
+				}
+				return true
+			})
+			if event == "restart" {
+				srv.Restart(t)
+			} else if err := srv.Client(t).FlushAll(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			admitted := 0
+			for i := range monthly.Rate + 10 {
+				res, err := lims[i%3].Allow(ctx, "tenant:7", monthly)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Allowed {
+					admitted++
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			decideUntil(t, lims, "tenant:other", monthly, func() bool {
+				return lims[0].Stats().StateLosses > 0 && lims[1].Stats().StateLosses > 0 && lims[2].Stats().StateLosses > 0
+			})
+			cause := map[string]string{"restart": "it restarted", "flushall": "deleted while it ran"}[event]
+			for i, l := range lims {
+				l.said(t, "instance "+strconv.Itoa(i), srv.Addr, cause)
+				if n := len(l.lines(persistLine)); n != 1 {
+					t.Fatalf("instance %d warned %d times of a server that persists nothing, want once", i, n)
+				}
+			}
+			if admitted != monthly.Rate {
+				t.Fatalf("%d of the used-up month admitted after the %s, want %d (the whole month: the count is gone)", admitted, event, monthly.Rate)
+			}
+			t.Logf("after the %s: %d of %d requests admitted on a used-up month of %d; each of 3 instances logged it once and counts 1",
+				event, admitted, monthly.Rate+10, monthly.Rate)
+		})
+	}
+}
+
+// decideUntil makes decisions from lims in turn, 10 ms apart, until done
+// (at most 10 s or 1 000 decisions).
+func decideUntil(t *testing.T, lims []lossLimiter, key string, limit core.Limit, done func() bool) {
+	t.Helper()
+	for i := 0; !done(); i++ {
+		if i == 1000 {
+			t.Fatalf("not done after %d decisions", i)
+		}
+		if _, err := lims[i%len(lims)].Allow(context.Background(), key, limit); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
