@@ -28,14 +28,15 @@ import (
 //
 //   - it is missing or holds another generation than last time: the
 //     server's keys are gone (the cause is named from the server's run_id,
-//     INFO server, read at the first check and at a loss: changed, a
-//     restart or another server; the same, a FLUSHALL or eviction);
+//     INFO server, read at each check: changed, a restart or another
+//     server; the same, a FLUSHALL or eviction);
 //   - its count went back: the data went back in time (a restart from an
 //     older snapshot, a failover to a replica that lagged), and with it
 //     the counts of the decisions made since.
 //
 // Each loss is logged once at error level, naming the server, and counted
-// (Stats.StateLosses). At a server's first check, if the Limiter has
+// (Stats.StateLosses); a run_id that changed while the marker stayed (a
+// restart that reloaded everything), at info level. At a server's first check, if the Limiter has
 // decided limits of an hour or more, it reads the server's persistence
 // (CONFIG GET save, appendonly) and warns once when it keeps nothing. A
 // server that refuses INFO or CONFIG (managed Redis, miniredis) is no
@@ -128,9 +129,9 @@ func markerKey(prefix string, i int) string {
 	return prefix + "{generation:" + strconv.Itoa(i) + "}"
 }
 
-// checkMarker reads m's marker and says if its server lost its state,
-// unless told holds that server: a loss is logged once per check and
-// server.
+// checkMarker reads m's marker and its server's run_id, and says if the
+// server lost its state, unless told holds that server: a loss is logged
+// once per check and server.
 func (l *Limiter) checkMarker(m *marker, timeout time.Duration, told map[string]bool) {
 	c := transport.NewCall(wire.Generation, "", m.key)
 	c.Args = append(c.Args, 1+rand.Int64N(1<<52-1))
@@ -139,34 +140,47 @@ func (l *Limiter) checkMarker(m *marker, timeout time.Duration, told map[string]
 		l.log.Debug("redlimit: checking that Redis kept the limits' state", "marker", m.key, "error", err)
 		return
 	}
-	made, gen, seq := reply[0] == 1, reply[1], reply[2]
-	last := *m
-	m.gen, m.seq = gen, seq
-	var cause string
-	switch {
-	case last.gen == 0: // the first check
-		_, m.runID = l.serverInfo(m.key, timeout)
-	case made || gen != last.gen:
-		cause = "gone"
-	case seq <= last.seq:
-		cause = "back"
+	addr, runID := l.serverInfo(m.key, timeout)
+	if runID == "" { // not said this time: the last one known
+		runID = m.runID
 	}
-	if cause == "" {
+	last, kind := *m, lossKind(*m, reply)
+	m.gen, m.seq, m.runID = reply[1], reply[2], runID
+	restarted := last.runID != "" && runID != last.runID
+	switch {
+	case kind == "" && restarted:
+		l.log.Info("redlimit: a Redis server restarted, or another took its place, and kept the limits' state",
+			"server", addr, "run_id", runID, "run_id_before", last.runID)
+		fallthrough
+	case kind == "":
 		l.checkPersistence(m.key, timeout)
 		return
-	}
-	addr, runID := l.serverInfo(m.key, timeout)
-	m.runID = runID
-	if told[addr] {
+	case told[addr]:
 		return
 	}
 	told[addr] = true
 	l.loss.losses.Add(1)
-	attrs := []any{"server", addr, "cause", lossCause(cause, last.runID, runID), "run_id", runID, "marker", m.key}
-	if last.runID != runID && last.runID != "" {
+	attrs := []any{"server", addr, "cause", lossCause(kind, last.runID, runID), "run_id", runID, "marker", m.key}
+	if restarted {
 		attrs = append(attrs, "run_id_before", last.runID)
 	}
 	l.log.Error("redlimit: a Redis server lost the limits' state: what it had counted is admitted again, and cannot be restored (docs/faults.md)", attrs...)
+}
+
+// lossKind reads a check's reply ({made, generation, count}) against what
+// the last check of the marker read: "gone" if the marker was missing or
+// holds another generation, "back" if its count went back, "" if neither
+// or if it was never read before.
+func lossKind(last marker, reply []int64) string {
+	switch made, gen, seq := reply[0] == 1, reply[1], reply[2]; {
+	case last.gen == 0:
+		return ""
+	case made || gen != last.gen:
+		return "gone"
+	case seq <= last.seq:
+		return "back"
+	}
+	return ""
 }
 
 // lossCause says what a loss of kind "gone" (the marker is missing or new)

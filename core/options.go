@@ -134,10 +134,10 @@ func WithLogger(log *slog.Logger) Option {
 // Redis server kept the state of its limits: a restart without
 // persistence, FLUSHALL or a failover to an empty replica leaves keys
 // that look merely expired, and counts that start again from zero. While
-// decisions reach Redis, one small script call per server (on a Cluster
-// or Ring, per node) runs in the background, on a marker key
-// "<prefix>{generation}" (one "<prefix>{generation:N}" per node) that has
-// no TTL; no decision waits on it. Each loss is logged once at error level,
+// decisions reach Redis, one small script call and one INFO per server
+// (on a Cluster or Ring, per node) run in the background, the script on a
+// marker key "<prefix>{generation}" (one "<prefix>{generation:N}" per
+// node) that has no TTL; no decision waits on them. Each loss is logged once at error level,
 // naming the server, and counted in Stats.StateLosses; and the first
 // check of a server, once the Limiter has decided a limit of an hour or
 // more, warns when the server persists nothing (where CONFIG GET is
