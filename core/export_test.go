@@ -221,3 +221,10 @@ func (l *Limiter) CheckLoss() []string {
 	}
 	return keys
 }
+
+// IsLossCheck reports whether args are those of a script call of the loss
+// check (an EVALSHA or EVAL of wire.Generation), which test hooks that
+// count decisions leave out.
+func IsLossCheck(args []any) bool {
+	return len(args) > 1 && (args[1] == wire.Generation.SHA || args[1] == wire.Generation.Src)
+}
