@@ -409,6 +409,9 @@ func (l *Limiter) run(ctx context.Context, c *transport.Call) ([]int64, error) {
 	if err == nil && l.peers.on.Load() { // counting the Limiters that share Redis (peers.go)
 		l.heartbeat()
 	}
+	if w := &l.loss; err == nil && w.every > 0 && time.Now().UnixNano() >= w.next.Load() {
+		l.startLossCheck() // has Redis kept its state? (loss.go)
+	}
 	return reply, err
 }
 

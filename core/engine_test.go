@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,7 +46,7 @@ func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !isScript(cmds[0]) {
+		if !slices.ContainsFunc(cmds, isScript) {
 			return next(ctx, cmds)
 		}
 		defer h.enter(cmds)()
@@ -72,13 +73,16 @@ func (h *roundTrips) warm(t *testing.T, lim *core.Limiter, l core.Limit) {
 
 func isScript(cmd redis.Cmder) bool {
 	name := cmd.Name()
-	return name == "evalsha" || name == "eval"
+	return (name == "evalsha" || name == "eval") && !core.IsLossCheck(cmd.Args())
 }
 
 // decisionsIn counts the decisions in a script call: one, or for a batch
 // those its ARGV lay out (lua/src/main.lua).
 func (h *roundTrips) decisionsIn(cmd redis.Cmder) int64 {
 	args := cmd.Args()
+	if core.IsLossCheck(args) { // the background's, not a decision
+		return 0
+	}
 	if !core.IsBatch(args) {
 		return 1
 	}

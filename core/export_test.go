@@ -205,3 +205,26 @@ func (l TestLocal) AllowEach(key string, limits []Limit, costs []int, upTo uint3
 
 // Size returns how many states the fallback keeps.
 func (l TestLocal) Size() int { return l.size() }
+
+// CheckLoss runs a check of every server's marker now, as the background
+// does once per WithLossCheck, waiting for a running one to end first;
+// it returns the markers' keys.
+func (l *Limiter) CheckLoss() []string {
+	for !l.loss.running.CompareAndSwap(false, true) {
+		time.Sleep(time.Millisecond)
+	}
+	defer l.loss.running.Store(false)
+	l.checkLoss()
+	keys := make([]string, len(l.loss.markers))
+	for i, m := range l.loss.markers {
+		keys[i] = m.key
+	}
+	return keys
+}
+
+// IsLossCheck reports whether args are those of a script call of the loss
+// check (an EVALSHA or EVAL of wire.Generation), which test hooks that
+// count decisions leave out.
+func IsLossCheck(args []any) bool {
+	return len(args) > 1 && (args[1] == wire.Generation.SHA || args[1] == wire.Generation.Src)
+}

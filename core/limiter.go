@@ -46,6 +46,7 @@ type Limiter struct {
 	leases   sync.Map    // prefetched allowance: a decision's cache id -> *lease (prefetch.go)
 	sweeping atomic.Bool // a goroutine sweeps leases
 	peers    peers       // how many instances share the keys, for FailLocal (peers.go)
+	loss     lossWatch   // whether Redis kept the state (loss.go)
 	releaser releaser    // frees the slots of failed settlements and decisions (release.go)
 	// fixedPrefetch and localClock: options' (tests')
 	fixedPrefetch bool
@@ -71,6 +72,8 @@ func New(rdb redis.Scripter, opts ...Option) *Limiter {
 		l.log = slog.Default()
 	}
 	l.peers.id = l.nextID()
+	l.loss.every = c.lossEvery
+	l.loss.next.Store(time.Now().Add(c.lossEvery).UnixNano())
 	l.tr = transport.New(rdb, transport.Config{Batch: c.batch, Senders: c.senders, BatchScript: c.batchScript,
 		BreakerAfter: c.breakerAfter, Linger: c.linger, Log: l.log, ErrTimeout: ErrTimeout, ErrUnavailable: ErrUnavailable})
 	if c.denyKeys > 0 && c.denyMaxAge > 0 {
@@ -144,5 +147,6 @@ func (l *Limiter) Stats() Stats {
 		RetriedReleases: l.releaser.retried.Load(), AbandonedReleases: l.releaser.abandoned.Load()}
 	t := l.tr.Stats()
 	s.BreakerOpen, s.BreakerOpens = t.BreakerOpen, t.BreakerOpens
+	s.StateLosses = l.loss.losses.Load()
 	return s
 }

@@ -49,7 +49,7 @@ func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func isScriptCmd(cmd redis.Cmder) bool {
 	name := cmd.Name()
-	return name == "evalsha" || name == "eval"
+	return (name == "evalsha" || name == "eval") && !core.IsLossCheck(cmd.Args())
 }
 
 func (h *countHook) count(cmds ...redis.Cmder) {

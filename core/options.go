@@ -32,6 +32,7 @@ type options struct {
 	breakerAfter time.Duration
 	denyKeys     int
 	denyMaxAge   time.Duration
+	lossEvery    time.Duration
 
 	// Only tests set these (export_test.go): the most calls in one round
 	// trip and round trips in flight per server, and how long an idle
@@ -47,7 +48,8 @@ type options struct {
 
 func defaultOptions() options {
 	return options{prefix: "redlimit:", timeout: DefaultTimeout, batchScript: true,
-		breakerAfter: defaultBreakerAfter, denyKeys: DefaultDenyCacheKeys, denyMaxAge: defaultDenyCacheMaxAge}
+		breakerAfter: defaultBreakerAfter, denyKeys: DefaultDenyCacheKeys, denyMaxAge: defaultDenyCacheMaxAge,
+		lossEvery: defaultLossCheck}
 }
 
 // WithPrefix sets the string every Redis key starts with; the default is
@@ -126,4 +128,22 @@ func WithBreaker(after time.Duration) Option {
 // runs; nil restores it.
 func WithLogger(log *slog.Logger) Option {
 	return func(c *options) { c.log = log }
+}
+
+// WithLossCheck sets how often, at most, the Limiter checks that each
+// Redis server kept the state of its limits: a restart without
+// persistence, FLUSHALL or a failover to an empty replica leaves keys
+// that look merely expired, and counts that start again from zero. While
+// decisions reach Redis, one small script call and one INFO per server
+// (on a Cluster or Ring, per node) run in the background, the script on a
+// marker key "<prefix>{generation}" (one "<prefix>{generation:N}" per
+// node) that has no TTL; no decision waits on them. Each loss is logged once at error level,
+// naming the server, and counted in Stats.StateLosses; and the first
+// check of a server, once the Limiter has decided a limit of an hour or
+// more, warns when the server persists nothing (where CONFIG GET is
+// allowed). docs/faults.md tells what it sees and what it cannot. The
+// default is 1 s; 0 (or less) turns it off: nothing is written, and no
+// loss is seen.
+func WithLossCheck(every time.Duration) Option {
+	return func(c *options) { c.lossEvery = max(0, every) }
 }

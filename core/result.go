@@ -75,6 +75,13 @@ type Stats struct {
 	// lease ended first (it frees them), the key held another type, or too
 	// many waited to be retried.
 	AbandonedReleases uint64
+	// StateLosses counts the times a Redis server was seen to have lost
+	// the state of the limits since New: its keys gone (a restart without
+	// persistence, FLUSHALL, a failover to an empty replica) or gone back
+	// in time (a restore from an older snapshot, a failover to a replica
+	// that lagged). Each is also logged once, at error level, naming the
+	// server. See WithLossCheck; it stays 0 when the check is off.
+	StateLosses uint64
 }
 
 // us converts the scripts' microseconds to a Duration.

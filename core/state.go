@@ -168,8 +168,9 @@ const maxCachedLimits = 1024
 // limits are worked out per call. It is copied on write: a decision reads
 // it with one atomic load, no lock whose counter every core would share.
 type limitCache struct {
-	m  atomic.Pointer[map[Limit]*limitInfo]
-	mu sync.Mutex // writers
+	m    atomic.Pointer[map[Limit]*limitInfo]
+	mu   sync.Mutex  // writers
+	long atomic.Bool // a limit of an hour or more was seen, not counting Concurrency leases (loss.go)
 }
 
 // get returns the limitInfo of l, or the error that makes l invalid.
@@ -182,6 +183,9 @@ func (c *limitCache) get(l Limit) (*limitInfo, error) {
 	info, err := workOut(l)
 	if err != nil {
 		return nil, err
+	}
+	if l.Period >= time.Hour && !info.d.holds {
+		c.long.Store(true)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -13,8 +13,8 @@
 // gcra, token_bucket and fixed_window), the general path (body.lua,
 // meter.lua, the algorithm files, decide.lua and settle.lua, defined only
 // when a call needs them) and main.lua; internal/assemble says how, and a
-// test checks that the files are what it would write. scripts/del.lua and
-// scripts/peers.lua are written by hand. Each file opens with a comment
+// test checks that the files are what it would write. scripts/del.lua,
+// scripts/peers.lua and scripts/generation.lua are written by hand. Each file opens with a comment
 // naming its KEYS, ARGV and reply; internal/wire is the Go side of them.
 //
 // This package uses the standard library only (and its own assemble) and
@@ -47,6 +47,10 @@ func Del() string { return read("scripts/del") }
 // Peers returns the heartbeat script of the instances that share
 // FailLocal's limits (scripts/peers.lua).
 func Peers() string { return read("scripts/peers") }
+
+// Generation returns the script of the marker by which a Limiter notices
+// that a Redis server lost its state (scripts/generation.lua).
+func Generation() string { return read("scripts/generation") }
 
 // Algorithms returns the algorithm files, each of which has a script
 // (Script(name)).

@@ -18,6 +18,7 @@
 //	redlimit.settlements.failed   counter, {settlement}   redlimit.limiter (WatchLimiter)
 //	redlimit.releases.retried     counter, {release}      redlimit.limiter (WatchLimiter)
 //	redlimit.releases.abandoned   counter, {release}      redlimit.limiter (WatchLimiter)
+//	redlimit.state.losses         counter, {loss}         redlimit.limiter (WatchLimiter)
 //
 // Through a Prometheus exporter they read as promlimit's metrics do
 // (redlimit_decisions_total, ...).
@@ -76,6 +77,12 @@ const (
 	// Limiter stopped trying to free (their lease ended first, which frees
 	// them), by limiter (core.Stats.AbandonedReleases).
 	ReleasesAbandonedName = "redlimit.releases.abandoned"
+	// StateLossesName counts the times a Limiter saw a Redis server lose
+	// the state of its limits (a restart without persistence, FLUSHALL, a
+	// failover to an empty replica) since the Limiter was created, by
+	// limiter (core.Stats.StateLosses; core.WithLossCheck). Alert on any
+	// increase: the counts on that server start again.
+	StateLossesName = "redlimit.state.losses"
 )
 
 // The attribute keys.
@@ -124,6 +131,7 @@ type Metrics struct {
 	failed       metric.Int64ObservableCounter // SettlementsFailedName
 	retried      metric.Int64ObservableCounter // ReleasesRetriedName
 	abandoned    metric.Int64ObservableCounter // ReleasesAbandonedName
+	losses       metric.Int64ObservableCounter // StateLossesName
 
 	// policies caches each policy's attribute sets, as measurement
 	// options, so that a decision builds none: name -> *policyAttrs.
@@ -166,7 +174,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 		err = m.limiterInstruments(meter)
 	}
 	if err == nil {
-		_, err = meter.RegisterCallback(m.observeBreakers, m.breakerOpen, m.breakerOpens, m.failed, m.retried, m.abandoned)
+		_, err = meter.RegisterCallback(m.observeBreakers, m.breakerOpen, m.breakerOpens, m.failed, m.retried, m.abandoned, m.losses)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("otellimit: %w", err)
@@ -230,6 +238,11 @@ func (m *Metrics) limiterInstruments(meter metric.Meter) error {
 	}
 	m.abandoned, err = meter.Int64ObservableCounter(ReleasesAbandonedName, metric.WithUnit("{release}"),
 		metric.WithDescription("Failed settlements whose Concurrency slots the Limiter stopped trying to free (their lease frees them)."))
+	if err != nil {
+		return err
+	}
+	m.losses, err = meter.Int64ObservableCounter(StateLossesName, metric.WithUnit("{loss}"),
+		metric.WithDescription("Times the Limiter saw a Redis server lose the limits' state (a restart without persistence, FLUSHALL, a failover to an empty replica)."))
 	return err
 }
 
@@ -292,8 +305,9 @@ func (m *Metrics) policy(name string) *policyAttrs {
 
 // WatchLimiter reports lim's breaker state as redlimit.breaker.open with
 // the attribute redlimit.limiter=name: 1 while it is open, 0 otherwise,
-// read from lim.Stats() at each collection; and how many times it opened
-// as redlimit.breaker.opens. Watch
+// read from lim.Stats() at each collection; how many times it opened as
+// redlimit.breaker.opens; and its other counters (settlements, releases,
+// state losses: the names above). Watch
 // each Limiter once, under a name of its own; a name already watched, or an
 // empty one, is an error, as is a nil or zero Limiter (make it with
 // core.New).
@@ -333,6 +347,7 @@ func (m *Metrics) observeBreakers(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(m.failed, int64(stats.FailedSettlements), w.opts...)
 		o.ObserveInt64(m.retried, int64(stats.RetriedReleases), w.opts...)
 		o.ObserveInt64(m.abandoned, int64(stats.AbandonedReleases), w.opts...)
+		o.ObserveInt64(m.losses, int64(stats.StateLosses), w.opts...)
 	}
 	return nil
 }

@@ -44,7 +44,7 @@ type collected struct {
 	durations map[string]metricdata.HistogramDataPoint[float64]
 	breakers  map[string]int64            // limiter -> 0 or 1
 	opens     map[string]int64            // limiter -> openings
-	settled   map[string]map[string]int64 // instrument -> limiter -> count: the settlement counters
+	settled   map[string]map[string]int64 // instrument -> limiter -> count: the settlement and state loss counters
 	units     map[string]string
 }
 
@@ -81,7 +81,7 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) collected {
 					for _, dp := range data.DataPoints {
 						c.opens[str(dp.Attributes, otellimit.LimiterKey)] = dp.Value
 					}
-				case otellimit.SettlementsFailedName, otellimit.ReleasesRetriedName, otellimit.ReleasesAbandonedName:
+				case otellimit.SettlementsFailedName, otellimit.ReleasesRetriedName, otellimit.ReleasesAbandonedName, otellimit.StateLossesName:
 					c.settled[m.Name] = map[string]int64{}
 					for _, dp := range data.DataPoints {
 						c.settled[m.Name][str(dp.Attributes, otellimit.LimiterKey)] = dp.Value
@@ -426,5 +426,53 @@ func TestOtherProtocols(t *testing.T) {
 	ex := c.durations["calls"].Exemplars
 	if len(ex) == 0 || !slices.Equal(ex[0].TraceID, span.TraceID[:]) {
 		t.Errorf("exemplars %+v, want the call's trace", ex)
+	}
+}
+
+// TestStateLosses: a FLUSHALL of the Limiter's Redis, seen by its check
+// while decisions flow, counts once in redlimit.state.losses, reported
+// from 0 with its unit.
+func TestStateLosses(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(t.Context()) })
+	metrics, err := otellimit.New(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, m := limiter(t, core.WithLossCheck(10*time.Millisecond))
+	if err := metrics.WatchLimiter(lim, "api"); err != nil {
+		t.Fatal(err)
+	}
+	losses := func() (int64, bool) {
+		v, ok := collect(t, reader).settled[otellimit.StateLossesName]["api"]
+		return v, ok
+	}
+	if v, ok := losses(); !ok || v != 0 {
+		t.Fatalf("%s{api} = %v (reported: %v), want 0", otellimit.StateLossesName, v, ok)
+	}
+	if u := collect(t, reader).units[otellimit.StateLossesName]; u != "{loss}" {
+		t.Errorf("unit %q, want {loss}", u)
+	}
+	ctx := t.Context()
+	decideUntil := func(what string, done func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for i := 0; !done(); i++ {
+			if _, err := lim.Allow(ctx, "k", core.PerHour(1_000_000)); err != nil {
+				t.Fatal(err)
+			}
+			if i >= 100_000 || time.Now().After(deadline) {
+				t.Fatalf("%s: not after %d decisions", what, i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	decideUntil("a marker placed", func() bool { return m.Exists("redlimit:{generation}") })
+	m.FlushAll()
+	decideUntil("the FLUSHALL seen", func() bool { v, _ := losses(); return v > 0 })
+	if v, _ := losses(); v != 1 {
+		t.Fatalf("%s{api} = %d, want 1", otellimit.StateLossesName, v)
 	}
 }

@@ -16,6 +16,7 @@
 //	redlimit_settlements_failed_total{limiter}       counter, failed settlements (WatchLimiter)
 //	redlimit_releases_retried_total{limiter}         counter, slots freed after them (WatchLimiter)
 //	redlimit_releases_abandoned_total{limiter}       counter, slots left to their lease (WatchLimiter)
+//	redlimit_state_losses_total{limiter}             counter, Redis servers seen to lose the limits' state (WatchLimiter)
 //
 // outcome is one of the redlimit.Outcome values: allowed, denied,
 // denied_cached, dry_run_denied, local, error, invalid, skipped. policy is
@@ -64,6 +65,12 @@ const (
 	// Limiter stopped trying to free (their lease ended first, which frees
 	// them), by limiter (core.Stats.AbandonedReleases).
 	ReleasesAbandonedName = "redlimit_releases_abandoned_total"
+	// StateLossesName counts the times a Limiter saw a Redis server lose
+	// the state of its limits (a restart without persistence, FLUSHALL, a
+	// failover to an empty replica) since the Limiter was created, by
+	// limiter (core.Stats.StateLosses; core.WithLossCheck). Alert on any
+	// increase: the counts on that server start again.
+	StateLossesName = "redlimit_state_losses_total"
 )
 
 // The label names.
@@ -177,6 +184,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			abandoned: prometheus.NewDesc(ReleasesAbandonedName,
 				"Failed settlements whose Concurrency slots the Limiter stopped trying to free (their lease frees them).",
 				[]string{LimiterLabel}, c.constLabels),
+			losses: prometheus.NewDesc(StateLossesName,
+				"Times the Limiter saw a Redis server lose the limits' state (a restart without persistence, FLUSHALL, a failover to an empty replica).",
+				[]string{LimiterLabel}, c.constLabels),
 		},
 	}
 	m.observe = m.Observe
@@ -231,10 +241,8 @@ func (m *Metrics) policy(name string) *policyMetrics {
 // WatchLimiter exports lim's breaker state as redlimit_breaker_open with
 // the label limiter="name": 1 while it is open, 0 otherwise, read from
 // lim.Stats() at each scrape; how many times it opened as
-// redlimit_breaker_opens_total; and its failed settlements and their
-// releases as redlimit_settlements_failed_total,
-// redlimit_releases_retried_total and redlimit_releases_abandoned_total.
-// Watch each
+// redlimit_breaker_opens_total; and its other counters (settlements,
+// releases, state losses: the names above). Watch each
 // Limiter once, under a name of its own; a name already watched, or an
 // empty one, is an error, as is a nil or zero Limiter (make it with
 // core.New).
@@ -267,6 +275,7 @@ type breakerCollector struct {
 	failed    *prometheus.Desc // SettlementsFailedName
 	retried   *prometheus.Desc // ReleasesRetriedName
 	abandoned *prometheus.Desc // ReleasesAbandonedName
+	losses    *prometheus.Desc // StateLossesName
 
 	mu       sync.Mutex
 	limiters []watched
@@ -301,6 +310,7 @@ func (b *breakerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- b.failed
 	ch <- b.retried
 	ch <- b.abandoned
+	ch <- b.losses
 }
 
 func (b *breakerCollector) Collect(ch chan<- prometheus.Metric) {
@@ -318,5 +328,6 @@ func (b *breakerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(b.failed, prometheus.CounterValue, float64(stats.FailedSettlements), w.name)
 		ch <- prometheus.MustNewConstMetric(b.retried, prometheus.CounterValue, float64(stats.RetriedReleases), w.name)
 		ch <- prometheus.MustNewConstMetric(b.abandoned, prometheus.CounterValue, float64(stats.AbandonedReleases), w.name)
+		ch <- prometheus.MustNewConstMetric(b.losses, prometheus.CounterValue, float64(stats.StateLosses), w.name)
 	}
 }

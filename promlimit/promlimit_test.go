@@ -444,3 +444,45 @@ func TestSettlementCounters(t *testing.T) {
 		t.Fatalf("%s = %v, %s = %v, %s = %v; want 1, 1, 0", failed, got[failed], retried, got[retried], abandoned, got[abandoned])
 	}
 }
+
+// TestStateLosses: a FLUSHALL of the Limiter's Redis, seen by its check
+// while decisions flow, counts once in redlimit_state_losses_total,
+// exported from 0.
+func TestStateLosses(t *testing.T) {
+	t.Parallel()
+	lim, m := limiter(t, core.WithLossCheck(10*time.Millisecond))
+	reg := prometheus.NewRegistry()
+	metrics, err := promlimit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := metrics.WatchLimiter(lim, "api"); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	losses := `redlimit_state_losses_total{limiter="api"}`
+	if v, ok := scrape(t, srv.URL)[losses]; !ok || v != 0 {
+		t.Fatalf("%s = %v (exported: %v), want 0", losses, v, ok)
+	}
+	ctx := t.Context()
+	decideUntil := func(what string, done func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for i := 0; !done(); i++ {
+			if _, err := lim.Allow(ctx, "k", core.PerHour(1_000_000)); err != nil {
+				t.Fatal(err)
+			}
+			if i >= 100_000 || time.Now().After(deadline) {
+				t.Fatalf("%s: not after %d decisions", what, i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	decideUntil("a marker placed", func() bool { return m.Exists("redlimit:{generation}") })
+	m.FlushAll()
+	decideUntil("the FLUSHALL seen", func() bool { return scrape(t, srv.URL)[losses] > 0 })
+	if v := scrape(t, srv.URL)[losses]; v != 1 {
+		t.Fatalf("%s = %v, want 1", losses, v)
+	}
+}

@@ -259,7 +259,9 @@ const restartTimeout = 5 * time.Second
 // starts a fresh redis-server with the same arguments on the same port, so
 // Addr is unchanged and existing clients can reconnect, and returns once it
 // answers PING. Nothing persists: the new server starts EMPTY, as after a
-// crash without persistence. If the port cannot be bound at once (another
+// crash without persistence; unless the test made a snapshot (SAVE) since
+// the server started, which the new process loads from its directory, as
+// after a crash with RDB snapshots. If the port cannot be bound at once (another
 // process took it, or it is in TIME_WAIT, though redis-server sets
 // SO_REUSEADDR) Restart retries for up to 5 s, then ends the test.
 //

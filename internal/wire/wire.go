@@ -36,7 +36,7 @@ func newScript(name, src string) *Script {
 
 // The scripts: each algorithm file's (lua/scripts/<file>.lua), every
 // algorithm's (All, for decisions that mix them, and batches that do), and
-// the two written by hand.
+// the three written by hand.
 var (
 	scripts = func() map[string]*Script {
 		m := map[string]*Script{}
@@ -48,6 +48,8 @@ var (
 	All   = newScript("all", lua.Script("all"))
 	Del   = newScript("del", lua.Del())
 	Peers = newScript("peers", lua.Peers())
+	// Generation is the marker of a server's data (core's loss.go).
+	Generation = newScript("generation", lua.Generation())
 )
 
 // ScriptOf returns the script of the algorithm file ("gcra",
