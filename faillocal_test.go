@@ -126,3 +126,67 @@ func TestFailLocalBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestFailLocalQuota: a quota sold by the month holds through an outage
+// under FailLocal. Three instances share one Redis and a policy of 60 a
+// month (calendar); a tenant has used half of it when Redis goes away,
+// and keeps sending requests to every instance. In process, each
+// instance admits only the outage's share of the quota (rate × outage ÷
+// period, a minute's more: nothing in an outage of seconds), not a fresh
+// month of its own: before, the three admitted 60 more, 90 in the month.
+func TestFailLocalQuota(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Standalone(t)
+	monthly, err := core.ParseLimit("60/month calendar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const instances = 3
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var policies []redlimit.Policy
+	for range instances {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
+		t.Cleanup(func() { rdb.Close() })
+		lim := core.New(rdb, core.WithTimeout(time.Second), core.WithLogger(quiet))
+		policies = append(policies, mustPolicy(t, lim, monthly, redlimit.WithFailure(redlimit.FailLocal), redlimit.WithName("plan")))
+	}
+	// Half the month used, in two rounds a second and more apart, so that
+	// the heartbeats count all three instances.
+	for round := 0; round < 2; round++ {
+		for i := range monthly.Rate / 4 {
+			p := policies[i%instances]
+			if d, _ := decide(p, "192.0.2.10:1"); d.Outcome != redlimit.OutcomeAllowed {
+				t.Fatalf("round %d, request %d, Redis up: %+v", round, i, d)
+			}
+		}
+		if round == 0 {
+			time.Sleep(1100 * time.Millisecond)
+		}
+	}
+	srv.Stop()
+	began := time.Now()
+	admitted, asked, longest := 0, 0, ""
+	for ; asked < 300 && time.Since(began) < 2*time.Second; asked++ {
+		d, w := decide(policies[asked%instances], "192.0.2.10:1")
+		if d.Outcome != redlimit.OutcomeLocal {
+			t.Fatalf("request %d with Redis stopped: %+v, want a local decision", asked, d)
+		}
+		if d.Allowed() {
+			admitted++
+		} else if ra := w.Header().Get("Retry-After"); ra == "" || len(ra) > 2 {
+			longest = ra
+		}
+		time.Sleep(time.Millisecond)
+	}
+	outage := time.Since(began)
+	t.Logf("%d instances, %v with 30 used: %d of %d requests admitted over an outage of %v", instances, monthly, admitted, asked, outage.Round(time.Millisecond))
+	if longest != "" {
+		t.Errorf("a local denial of the monthly quota: Retry-After %q; want at most a minute: Redis may answer sooner", longest)
+	}
+	// The outage's share and a minute's: under 1 in all for seconds of a month.
+	most := int(float64(monthly.Rate) * (outage + time.Minute).Seconds() / monthly.Period.Seconds())
+	if admitted > most {
+		t.Fatalf("%d instances admitted %d requests of a tenant whose %v was half used, over an outage of %v; the outage's share is %d",
+			instances, admitted, monthly, outage.Round(time.Millisecond), most)
+	}
+}
