@@ -211,10 +211,10 @@ func (p *policy) engineRequest(q *Request, s *scratch, key string, quotas []quot
 
 // failed is the verdict when the engine could not decide ask (err): 400
 // for a key or limits it refuses, 503 when the client left, and for a
-// Redis failure, reported, what the failure policy says: a 503 under
-// FailClosed, a pass under FailOpen or in a dry run, or under FailLocal
-// the in-process fallback's decision, which decided reports (it is then
-// judged as Redis's would be).
+// Redis failure, reported, what the failure policy says (the limits' own
+// with WithLimitFailure: failureOf): a 503 under FailClosed, a pass under
+// FailOpen or in a dry run, or under FailLocal the in-process fallback's
+// decision, which decided reports (it is then judged as Redis's would be).
 func (p *policy) failed(ctx context.Context, d Decision, err error, ask *core.Request) (_ Decision, decided bool) {
 	d.Err = err
 	switch {
@@ -225,12 +225,12 @@ func (p *policy) failed(ctx context.Context, d Decision, err error, ask *core.Re
 		return d, false
 	}
 	p.reportError(ctx, err)
-	switch {
-	case p.failure == FailLocal:
-		dec := p.local.Decide(ask)
+	switch f := p.failureOf(ask); {
+	case f == FailLocal:
+		dec := p.fallback(ask)
 		d.Result, d.binding, d.Outcome = dec.Result, dec.Binding, OutcomeLocal
 		return d, true
-	case p.failure == FailClosed && !p.dryRun:
+	case f == FailClosed && !p.dryRun:
 		d.Outcome, d.Status = OutcomeError, http.StatusServiceUnavailable
 	default: // fail open, or a dry run, which never blocks
 		d.Outcome = OutcomeError

@@ -103,13 +103,7 @@ func (lo *Local) Decide(q *Request) Decision {
 		}
 		infoBuf[i] = info
 		states[i] = stateKey("", scope, q.Key, info)
-		// Get, not Peek: a key that keeps being denied is in use and must
-		// not be the first forgotten, or it would start afresh.
-		tat, ok := lo.tat.Get(states[i])
-		if !ok { // held from now on, denied or not: its allowance accrues from here
-			tat = startTAT(limit, info, share, now)
-			lo.tat.Add(states[i], tat)
-		}
+		tat := lo.state(states[i], limit, info, share, now)
 		n := q.N
 		if q.Costs != nil {
 			n = q.Costs[i]
@@ -152,6 +146,21 @@ func localGCRA(limit Limit, info *limitInfo, share int, tat gcraTAT, now int64, 
 		res.Allowed, res.RetryAfter = false, InfDuration
 	}
 	return res, tat
+}
+
+// state returns the state named name of limit, one share-th of it, at
+// now (µs on the outage clock); one Local did not hold starts as
+// startTAT says, and is held from now on, denied or not, so that its
+// allowance accrues from now. lo.mu must be held.
+func (lo *Local) state(name string, limit Limit, info *limitInfo, share int, now int64) gcraTAT {
+	// Get, not Peek: a key that keeps being denied is in use and must
+	// not be the first forgotten, or it would start afresh.
+	tat, ok := lo.tat.Get(name)
+	if !ok {
+		tat = startTAT(limit, info, share, now)
+		lo.tat.Add(name, tat)
+	}
+	return tat
 }
 
 // tick advances the outage clock to the process's clock wall (unix µs)
