@@ -33,8 +33,10 @@ import (
 // the deny handler, a problem or the JSON body) or hands it to next. next
 // serves the request and returns the status it answered with, 0 if it
 // cannot tell. It returns the Decision, the zero Decision when no policy
-// applied. It is what the HTTP adapters call; gin's aborts the chain when
-// the Decision is not Allowed.
+// applied. The request next gets carries, in its context, the record of
+// the request's Decisions (DecisionsFrom), which nested policies share
+// with their deadline. It is what the HTTP adapters call; gin's aborts
+// the chain when the Decision is not Allowed.
 func Serve(p Policy, w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request) int) Decision {
 	q := Request{Context: r.Context(), Method: r.Method, Route: r.Pattern, Path: r.URL.Path, Host: r.Host, Peer: r.RemoteAddr, HTTP: r}
 	pol := p.policyFor(q)
@@ -81,7 +83,9 @@ func Serve(p Policy, w http.ResponseWriter, r *http.Request, next func(http.Resp
 // retry-after, ratelimit, ...). When the Decision is Allowed it calls
 // next, which serves the request and returns its HTTP status (for
 // WithResponseCost); otherwise the caller answers as its protocol does,
-// after the Decision's Status. md must not be nil.
+// after the Decision's Status. md must not be nil. The Decision is
+// recorded in the record of q.Context (ContextWithDecisions), if it has
+// one, whose deadline the decision shares with the request's others.
 func ServeRequest(p Policy, q Request, md map[string][]string, next func() int) Decision {
 	q.HTTP = nil // the flow of an HTTP request is Serve's
 	pol := p.policyFor(q)
@@ -663,10 +667,11 @@ func DecisionsFrom(ctx context.Context) []Decision {
 // ContextWithDecisions returns ctx carrying a record of the Decisions of
 // the request whose context it is, where DecisionsFrom finds them, and
 // its one deadline: its policies' decisions together wait on Redis at most
-// the timeout of the first one's Limiter (core.WithTimeout), a decision
-// that finds none left failing at once (as a timeout, under the policy's
-// failure policy); the time its handlers take between the policies does
-// not count, and an earlier deadline of ctx still bounds each. It
+// the timeout of the first one's Limiter (core.WithTimeout), whatever
+// Limiter each decides with, a decision that finds none left failing at
+// once (as a timeout, under the policy's failure policy); the time its
+// handlers take between the policies does not count, and an earlier
+// deadline of ctx still bounds each. It
 // returns ctx itself when ctx carries a record already (nested policies
 // share it). Serve does it for every HTTP request a policy applies to,
 // and the adapters hand the handler a request whose context carries it;
@@ -711,7 +716,7 @@ func (rec *record) spend(waited, timeout time.Duration) {
 }
 
 // askRedis has the Limiter decide ask for q within what is left of q's
-// one deadline: the first of its decisions to wait on Redis starts it at
+// one deadline: the first of its decisions (with a timeout) starts it at
 // its Limiter's timeout, and each takes the time it waits from it, so
 // that a request's policies together wait at most one timeout, not one
 // each (the time its handlers take between them does not count). With
