@@ -611,7 +611,7 @@ var errNotHTTP = fmt.Errorf("%w: the key function (redlimit.WithKey) reads HTTP 
 
 // record is one request's: every Decision made for it, in order, and
 // what is left of the time its decisions may wait on Redis. Its methods
-// are safe for concurrent use, and do nothing on a nil *record.
+// are safe for concurrent use; add does nothing on a nil *record.
 type record struct {
 	mu        sync.Mutex
 	decisions []Decision
