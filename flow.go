@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/redlimit/redlimit/core"
@@ -32,8 +33,10 @@ import (
 // the deny handler, a problem or the JSON body) or hands it to next. next
 // serves the request and returns the status it answered with, 0 if it
 // cannot tell. It returns the Decision, the zero Decision when no policy
-// applied. It is what the HTTP adapters call; gin's aborts the chain when
-// the Decision is not Allowed.
+// applied. The request next gets carries, in its context, the record of
+// the request's Decisions (DecisionsFrom), which nested policies share
+// with their deadline. It is what the HTTP adapters call; gin's aborts
+// the chain when the Decision is not Allowed.
 func Serve(p Policy, w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request) int) Decision {
 	q := Request{Context: r.Context(), Method: r.Method, Route: r.Pattern, Path: r.URL.Path, Host: r.Host, Peer: r.RemoteAddr, HTTP: r}
 	pol := p.policyFor(q)
@@ -41,11 +44,14 @@ func Serve(p Policy, w http.ResponseWriter, r *http.Request, next func(http.Resp
 		next(w, r)
 		return Decision{}
 	}
-	if pol.budgets != nil { // a Usage for the handler to report to
-		if ctx := ContextWithUsage(q.Context, nil); ctx != q.Context {
-			r = r.WithContext(ctx)
-			q.Context, q.HTTP = ctx, r
-		}
+	var ctx context.Context
+	ctx, q.rec = withRecord(q.Context) // the request's Decisions, and its one deadline
+	if pol.budgets != nil {            // a Usage for the handler to report to
+		ctx = ContextWithUsage(ctx, nil)
+	}
+	if ctx != q.Context {
+		r = r.WithContext(ctx)
+		q.Context, q.HTTP = ctx, r
 	}
 	d, held := pol.decide(&q, w.Header(), httpFields)
 	switch {
@@ -77,7 +83,9 @@ func Serve(p Policy, w http.ResponseWriter, r *http.Request, next func(http.Resp
 // retry-after, ratelimit, ...). When the Decision is Allowed it calls
 // next, which serves the request and returns its HTTP status (for
 // WithResponseCost); otherwise the caller answers as its protocol does,
-// after the Decision's Status. md must not be nil.
+// after the Decision's Status. md must not be nil. The Decision is
+// recorded in the record of q.Context (ContextWithDecisions), if it has
+// one, whose deadline the decision shares with the request's others.
 func ServeRequest(p Policy, q Request, md map[string][]string, next func() int) Decision {
 	q.HTTP = nil // the flow of an HTTP request is Serve's
 	pol := p.policyFor(q)
@@ -85,6 +93,7 @@ func ServeRequest(p Policy, q Request, md map[string][]string, next func() int) 
 		next()
 		return Decision{}
 	}
+	q.rec = recordFrom(q.Context)
 	d, held := pol.decide(&q, md, metadataFields)
 	switch {
 	case !d.Allowed():
@@ -134,6 +143,7 @@ func (p *policy) decide(q *Request, fields map[string][]string, n *fieldNames) (
 		p.settle(q.Context, held.r, -1)
 		held = nil
 	}
+	q.rec.add(d)
 	if p.Observe != nil {
 		d.Duration = time.Since(start)
 		p.Observe(*q, d)
@@ -176,7 +186,7 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 		return p.invalid(q.Context, d, err), nil
 	}
 	ask := p.engineRequest(q, s, d.Key, quotas)
-	dec, err := p.lim.Decide(q.Context, &ask)
+	dec, err := p.askRedis(q, &ask)
 	if err != nil {
 		var decided bool
 		if d, decided = p.failed(q.Context, d, err, &ask); !decided {
@@ -211,10 +221,10 @@ func (p *policy) engineRequest(q *Request, s *scratch, key string, quotas []quot
 
 // failed is the verdict when the engine could not decide ask (err): 400
 // for a key or limits it refuses, 503 when the client left, and for a
-// Redis failure, reported, what the failure policy says: a 503 under
-// FailClosed, a pass under FailOpen or in a dry run, or under FailLocal
-// the in-process fallback's decision, which decided reports (it is then
-// judged as Redis's would be).
+// Redis failure, reported, what the failure policy says (the limits' own
+// with WithLimitFailure: failureOf): a 503 under FailClosed, a pass under
+// FailOpen or in a dry run, or under FailLocal the in-process fallback's
+// decision, which decided reports (it is then judged as Redis's would be).
 func (p *policy) failed(ctx context.Context, d Decision, err error, ask *core.Request) (_ Decision, decided bool) {
 	d.Err = err
 	switch {
@@ -225,12 +235,12 @@ func (p *policy) failed(ctx context.Context, d Decision, err error, ask *core.Re
 		return d, false
 	}
 	p.reportError(ctx, err)
-	switch {
-	case p.failure == FailLocal:
-		dec := p.local.Decide(ask)
+	switch f := p.failureOf(ask); {
+	case f == FailLocal:
+		dec := p.fallback(ask)
 		d.Result, d.binding, d.Outcome = dec.Result, dec.Binding, OutcomeLocal
 		return d, true
-	case p.failure == FailClosed && !p.dryRun:
+	case f == FailClosed && !p.dryRun:
 		d.Outcome, d.Status = OutcomeError, http.StatusServiceUnavailable
 	default: // fail open, or a dry run, which never blocks
 		d.Outcome = OutcomeError
@@ -593,3 +603,142 @@ func isInputError(err error) bool {
 // errNotHTTP is the key error of a request without an *http.Request under
 // a keyfunc.Func.
 var errNotHTTP = fmt.Errorf("%w: the key function (redlimit.WithKey) reads HTTP requests, and this request is of another protocol", keyfunc.ErrNoKey)
+
+// One request's record: the Decision of every policy that decided it
+// (DecisionsFrom), and its one deadline. Serve puts it in the context of
+// the request the first policy decides, which the handlers get; an
+// adapter of another protocol with ContextWithDecisions.
+
+// record is one request's: every Decision made for it, in order, and
+// what is left of the time its decisions may wait on Redis. Its methods
+// are safe for concurrent use; add does nothing on a nil *record.
+type record struct {
+	mu        sync.Mutex
+	decisions []Decision
+	inline    [2]Decision   // decisions' first array: most requests cross one or two policies
+	left      time.Duration // the time its decisions may still wait, once timed
+	timed     bool          // a decision with a timeout started the deadline
+}
+
+type recordKey struct{}
+
+// withRecord returns ctx carrying a record, and the record: ctx itself
+// and its own when it has one (nested policies share it).
+func withRecord(ctx context.Context) (context.Context, *record) {
+	if rec := recordFrom(ctx); rec != nil {
+		return ctx, rec
+	}
+	rec := new(record)
+	rec.decisions = rec.inline[:0]
+	return context.WithValue(ctx, recordKey{}, rec), rec
+}
+
+// recordFrom returns the record of ctx, nil when it has none.
+func recordFrom(ctx context.Context) *record {
+	rec, _ := ctx.Value(recordKey{}).(*record)
+	return rec
+}
+
+// DecisionsFrom returns the Decision of every policy that has decided the
+// request whose context ctx is, in the order they decided: the outermost
+// middleware's first. A handler reads it from r.Context() (gin's
+// c.Request, echo's c.Request(); a gRPC handler from its ctx), and so do
+// an observer (WithObserver: its own Decision last) and a deny handler,
+// from the request they are given: whether a decision was made in
+// process while Redis failed (OutcomeLocal), which policy denied, what
+// is left. It is nil for a context no policy decided, or that the
+// request's policies never saw. Each Decision is recorded once made,
+// before it is observed and before the request is served or answered;
+// the slice is a copy, the caller's to keep or change. It is safe for
+// concurrent use, with the request's policies too.
+func DecisionsFrom(ctx context.Context) []Decision {
+	rec := recordFrom(ctx)
+	if rec == nil {
+		return nil
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.decisions) == 0 {
+		return nil
+	}
+	return append([]Decision(nil), rec.decisions...)
+}
+
+// ContextWithDecisions returns ctx carrying a record of the Decisions of
+// the request whose context it is, where DecisionsFrom finds them, and
+// its one deadline: its policies' decisions together wait on Redis at most
+// the timeout of the first one's Limiter (core.WithTimeout), whatever
+// Limiter each decides with, a decision that finds none left failing at
+// once (as a timeout, under the policy's failure policy); the time its
+// handlers take between the policies does not count, and an earlier
+// deadline of ctx still bounds each. It
+// returns ctx itself when ctx carries a record already (nested policies
+// share it). Serve does it for every HTTP request a policy applies to,
+// and the adapters hand the handler a request whose context carries it;
+// an adapter of another protocol calls it before ServeRequest and gives
+// its handler the context (grpclimit does). Without it ServeRequest
+// records nothing and its decisions share no deadline.
+func ContextWithDecisions(ctx context.Context) context.Context {
+	ctx, _ = withRecord(ctx)
+	return ctx
+}
+
+// add records d.
+func (rec *record) add(d Decision) {
+	if rec == nil {
+		return
+	}
+	rec.mu.Lock()
+	rec.decisions = append(rec.decisions, d)
+	rec.mu.Unlock()
+}
+
+// timeLeft returns what is left of the request's deadline, and whether
+// one is running (a decision with a timeout has waited).
+func (rec *record) timeLeft() (time.Duration, bool) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return rec.left, rec.timed
+}
+
+// spend takes waited from what is left of the request's deadline; the
+// first decision with a timeout starts it at that timeout.
+func (rec *record) spend(waited, timeout time.Duration) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !rec.timed {
+		if timeout <= 0 {
+			return
+		}
+		rec.timed, rec.left = true, timeout
+	}
+	rec.left -= waited
+}
+
+// askRedis has the Limiter decide ask for q within what is left of q's
+// one deadline: the first of its decisions (with a timeout) starts it at
+// its Limiter's timeout, and each takes the time it waits from it, so
+// that a request's policies together wait at most one timeout, not one
+// each (the time its handlers take between them does not count). With
+// none left, it fails at once with errDeadlineUsed.
+func (p *policy) askRedis(q *Request, ask *core.Request) (core.Decision, error) {
+	rec := q.rec
+	if rec == nil {
+		return p.lim.Decide(q.Context, ask)
+	}
+	left, timed := rec.timeLeft()
+	if timed && left <= 0 {
+		return core.Decision{}, errDeadlineUsed
+	}
+	ask.Timeout = left
+	start := time.Now()
+	dec, err := p.lim.Decide(q.Context, ask)
+	rec.spend(time.Since(start), p.lim.Timeout())
+	return dec, err
+}
+
+// errDeadlineUsed is the error of a decision whose request's earlier
+// decisions used up its deadline. It wraps core.ErrTimeout and
+// context.DeadlineExceeded, as the Limiter's timeout does.
+var errDeadlineUsed = fmt.Errorf("redlimit: not sent: the request's earlier decisions used up its deadline, the first one's timeout (core.WithTimeout): %w (%w)",
+	core.ErrTimeout, context.DeadlineExceeded)

@@ -133,6 +133,8 @@ type config struct {
 	answer  answerer
 	maxCost int // WithMaxCost's; 0: defaultMaxCost
 	tier    func(q Request) (string, error)
+	// WithLimitFailure's; nil: failure for every limit
+	limitFailure func(l core.Limit) Failure
 }
 
 // WithName names the policy. The name is the scope of its state in Redis,

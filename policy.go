@@ -123,7 +123,7 @@ func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, err
 		p.maxCost = defaultMaxCost
 	}
 	p.log = p.lim.Logger()
-	if p.failure == FailLocal {
+	if p.fallsBack() {
 		p.local = p.lim.Local(localKeys)
 	}
 	return p, nil

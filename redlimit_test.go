@@ -175,11 +175,13 @@ func TestPolicyNames(t *testing.T) {
 }
 
 // TestFailLocalUntilRedisAnswers: with Redis gone the local limiter decides;
-// when Redis is back, it decides again.
+// when Redis is back, it decides again. (A limit that refills within a
+// minute starts full in process; a longer one would admit only the
+// outage's share: TestFailLocalQuota.)
 func TestFailLocalUntilRedisAnswers(t *testing.T) {
 	t.Parallel()
 	lim, m := embedded(t)
-	p := mustPolicy(t, lim, core.PerHour(2), redlimit.WithFailure(redlimit.FailLocal))
+	p := mustPolicy(t, lim, core.PerMinute(2), redlimit.WithFailure(redlimit.FailLocal))
 	if d, _ := decide(p, "192.0.2.1:1"); d.Outcome != redlimit.OutcomeAllowed || !d.Allowed() {
 		t.Fatalf("Redis up: %+v", d)
 	}

@@ -37,6 +37,8 @@ type Request struct {
 	// and WithResponseCost get a nil *http.Request. grpclimit refuses the
 	// first three and has options of its own that read a call.
 	HTTP *http.Request
+
+	rec *record // the request's record (ContextWithDecisions), nil when its context has none
 }
 
 // Values returns the values of the header field (HTTP) or metadata key

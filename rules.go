@@ -213,7 +213,7 @@ func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error
 	if rs.log == nil {
 		rs.log = slog.Default()
 	}
-	if c.Rest.failure == FailLocal {
+	if c.Rest.fallsBack() {
 		rs.local = lim.Local(localKeys) // one FailLocal state for the set, as its Redis state is one
 	}
 	t, err := rs.build(rules)

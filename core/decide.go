@@ -43,6 +43,13 @@ type Request struct {
 	Reserve bool
 	// Each, if not nil (as long as Limits), receives every limit's result.
 	Each []Result
+	// Timeout, if above 0, bounds the decision in place of the Limiter's
+	// timeout when it is shorter, or when the Limiter has none: what is
+	// left of a wait several decisions share (the HTTP layer's one
+	// deadline for a request's policies). 0, the default, is the
+	// Limiter's (WithTimeout). A decision past it fails as past the
+	// Limiter's.
+	Timeout time.Duration
 }
 
 // Decision is what Decide answers.
@@ -79,6 +86,7 @@ type decision struct {
 	upTo                [MaxLimits]bool // Request.TakeRest's
 	marks               [MaxLimits]int64
 	epochs              [MaxLimits]int64 // what the reply said each limit's settlement needs (lua/src/meter.lua)
+	timeout             time.Duration    // bounds its wait: the Limiter's, or Request.Timeout when shorter
 }
 
 // Decide decides q in these steps:
@@ -98,6 +106,10 @@ func (l *Limiter) Decide(ctx context.Context, q *Request) (Decision, error) {
 	d := decision{}
 	if err := l.prepare(&d, q); err != nil {
 		return Decision{}, err
+	}
+	d.timeout = l.timeout
+	if q.Timeout > 0 && (l.timeout == 0 || q.Timeout < l.timeout) {
+		d.timeout = q.Timeout
 	}
 	if d.holds && !q.Reserve {
 		return Decision{}, fmt.Errorf("%w: a %s limit holds its slots until they are released: decide it with Reserve, not AllowN or AllowAll", ErrInvalidLimit, Concurrency)
@@ -304,7 +316,7 @@ func (l *Limiter) ask(ctx context.Context, d *decision, now time.Time, limits []
 		c.Args = info.appendArgs(wire.AppendLimit(c.Args, cost, d.upTo[i]), now)
 	}
 	c.Members = d.members
-	reply, err := l.run(ctx, c)
+	reply, err := l.runWithin(ctx, c, d.timeout)
 	if err != nil {
 		return 0, err
 	}
@@ -403,9 +415,25 @@ func Binding(results []Result) (Result, int) {
 // Redis server's.
 func (l *Limiter) wireClock(now time.Time) any { return wire.Clock(now, l.clock == nil) }
 
-// run sends c through the transport and returns its reply.
+// Timeout returns the bound on one decision (WithTimeout): DefaultTimeout
+// unless set, 0 for none; 0 for a nil or zero Limiter.
+func (l *Limiter) Timeout() time.Duration {
+	if l == nil {
+		return 0
+	}
+	return l.timeout
+}
+
+// run sends c through the transport, bounded by the Limiter's timeout,
+// and returns its reply.
 func (l *Limiter) run(ctx context.Context, c *transport.Call) ([]int64, error) {
-	reply, err := l.tr.Run(ctx, c, l.timeout)
+	return l.runWithin(ctx, c, l.timeout)
+}
+
+// runWithin is run bounded by timeout (0: none) in place of the
+// Limiter's.
+func (l *Limiter) runWithin(ctx context.Context, c *transport.Call, timeout time.Duration) ([]int64, error) {
+	reply, err := l.tr.Run(ctx, c, timeout)
 	if err == nil && l.peers.on.Load() { // counting the Limiters that share Redis (peers.go)
 		l.heartbeat()
 	}

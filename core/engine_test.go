@@ -346,6 +346,30 @@ func TestTimeoutAndContext(t *testing.T) {
 	}
 }
 
+// TestRequestTimeout: a Request's Timeout bounds its decision in place of
+// the Limiter's when it is shorter, or when the Limiter has none; a
+// longer one changes nothing. Errors say which bound it was.
+func TestRequestTimeout(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Silent(t)})
+	t.Cleanup(func() { rdb.Close() })
+	limits := []core.Limit{core.PerHour(1)}
+	for _, c := range []struct {
+		limiter, request time.Duration
+		within           string
+	}{
+		{50 * time.Millisecond, 20 * time.Millisecond, "within 20ms"},
+		{50 * time.Millisecond, time.Hour, "within 50ms"},
+		{0, 30 * time.Millisecond, "within 30ms"},
+	} {
+		lim := core.New(rdb, core.WithTimeout(c.limiter), core.WithBreaker(0))
+		_, err := lim.Decide(context.Background(), &core.Request{Key: "k", Limits: limits, N: 1, Timeout: c.request})
+		if !errors.Is(err, core.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), c.within) {
+			t.Errorf("Limiter's timeout %v, the request's %v: %v; want ErrTimeout %s", c.limiter, c.request, err, c.within)
+		}
+	}
+}
+
 // TestQueueBound: when every sender is stuck and the queue is full, a
 // decision fails at once with ErrUnavailable instead of waiting.
 func TestQueueBound(t *testing.T) {

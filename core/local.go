@@ -19,13 +19,31 @@ import (
 // (hashicorp/golang-lru's simplelru, under one lock so that the limits of
 // one decision are decided together). Time is the process's clock. It is
 // safe for concurrent use.
+//
+// An outage's share: Local admits what a limit allows over the time it
+// stands in for Redis, not a fresh allowance per outage. A state it does
+// not hold starts as if its allowance had run out a minute before
+// (localLookback): a limit that refills within a minute (10/s, 100/m)
+// starts full, a longer one (1000/h, 60 a month) with a minute's share of
+// its rate. Its clock runs while it decides: a pause of more than a
+// minute between two of its decisions (Redis answered meanwhile, or
+// nobody asked) counts as a minute, so time between outages adds nothing.
+// A denial's RetryAfter is at most a minute: Local cannot know what Redis
+// will say once it answers.
 type Local struct {
 	mu    sync.Mutex
 	tat   *simplelru.LRU[string, gcraTAT] // theoretical arrival time per state
 	now   func() time.Time
 	share func() int  // how many instances share the limits, at least 1
 	infos *limitCache // its Limiter's
+	clock int64       // µs of its outage clock at its last decision
+	last  int64       // the process's clock (unix µs) at its last decision; 0: none yet
 }
+
+// localLookback is how long before its first decision of a state Local
+// counts a limit's allowance from, the longest pause its clock counts,
+// and the longest RetryAfter of its denials.
+const localLookback = time.Minute
 
 // Local returns a new Local for l's keys, holding at most keys states
 // (at least 1), which counts from then on the instances that share l's
@@ -62,10 +80,11 @@ func (lo *Local) Decide(q *Request) Decision {
 		each = q.Each[:len(limits)]
 	}
 	states, tats := stateBuf[:len(limits)], tatBuf[:len(limits)]
-	now := lo.now().UnixMicro()
+	wall := lo.now().UnixMicro()
 	share := lo.share()
 	lo.mu.Lock()
 	defer lo.mu.Unlock()
+	now := lo.tick(wall)
 	allowed := true
 	for i, limit := range limits {
 		info, err := lo.infos.get(limit)
@@ -84,9 +103,7 @@ func (lo *Local) Decide(q *Request) Decision {
 		}
 		infoBuf[i] = info
 		states[i] = stateKey("", scope, q.Key, info)
-		// Get, not Peek: a key that keeps being denied is in use and must
-		// not be the first forgotten, or it would start afresh.
-		tat, _ := lo.tat.Get(states[i])
+		tat := lo.state(states[i], limit, info, share, now)
 		n := q.N
 		if q.Costs != nil {
 			n = q.Costs[i]
@@ -124,11 +141,55 @@ func localGCRA(limit Limit, info *limitInfo, share int, tat gcraTAT, now int64, 
 	}
 	argv, _ := bucketArgs(limit)
 	ok, left, retry, reset, next, tat := gcra(tat, now, cost, argv[0]*int64(share), argv[1], capacity)
-	res := Result{Limit: limit, Allowed: ok, Remaining: left, RetryAfter: us(retry), ResetAfter: us(reset), NextAfter: us(next)}
+	res := Result{Limit: limit, Allowed: ok, Remaining: left, RetryAfter: min(us(retry), localLookback), ResetAfter: us(reset), NextAfter: us(next)}
 	if cost != n {
 		res.Allowed, res.RetryAfter = false, InfDuration
 	}
 	return res, tat
+}
+
+// state returns the state named name of limit, one share-th of it, at
+// now (µs on the outage clock); one Local did not hold starts as
+// startTAT says, and is held from now on, denied or not, so that its
+// allowance accrues from now. lo.mu must be held.
+func (lo *Local) state(name string, limit Limit, info *limitInfo, share int, now int64) gcraTAT {
+	// Get, not Peek: a key that keeps being denied is in use and must
+	// not be the first forgotten, or it would start afresh.
+	tat, ok := lo.tat.Get(name)
+	if !ok {
+		tat = startTAT(limit, info, share, now)
+		lo.tat.Add(name, tat)
+	}
+	return tat
+}
+
+// tick advances the outage clock to the process's clock wall (unix µs)
+// and returns it: by the time since the last decision, at most
+// localLookback (a pause: Redis answered, or nobody asked), never back.
+// lo.mu must be held.
+func (lo *Local) tick(wall int64) int64 {
+	if lo.last == 0 {
+		lo.clock = wall
+	} else {
+		lo.clock += min(max(0, wall-lo.last), localLookback.Microseconds())
+	}
+	lo.last = max(lo.last, wall)
+	return lo.clock
+}
+
+// startTAT returns the state of a key Local does not hold yet, under one
+// share of limit at now (µs on its clock): its allowance run out
+// localLookback before, so that it holds what the limit refills in that
+// time, at most its burst.
+func startTAT(limit Limit, info *limitInfo, share int, now int64) gcraTAT {
+	capacity := max(1, info.capacity/share)
+	argv, _ := bucketArgs(limit)
+	unit, drip := argv[0]*int64(share), argv[1]
+	backlog := int64(capacity)*unit - localLookback.Microseconds()*drip
+	if backlog <= 0 {
+		return gcraTAT{}
+	}
+	return gcraTAT{now + backlog/drip, backlog % drip}
 }
 
 // size returns how many states are kept.

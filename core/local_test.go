@@ -100,7 +100,7 @@ func TestLocalLimiterKeepsDeniedKeys(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_700_000_000, 0)
 	l := core.NewLocal(3, func() time.Time { return now })
-	scopes, limits := []string{"api"}, []core.Limit{core.PerHour(1)}
+	scopes, limits := []string{"api"}, []core.Limit{core.PerMinute(1)}
 	each := make([]core.Result, 1)
 	if res, _ := l.Allow("abuser", scopes, limits, 1, each); !res.Allowed {
 		t.Fatalf("first request denied: %+v", res)
@@ -208,5 +208,76 @@ func TestLocalEachCosts(t *testing.T) {
 	}
 	if res, _ := l.AllowEach("k", limits, []int{0, 400}, 1<<1, each); res.Allowed {
 		t.Fatalf("no token left: allowed %+v", each)
+	}
+}
+
+// TestLocalOutageShare: FailLocal's fallback admits what a limit allows
+// over the outage, not a fresh period per outage. Three instances share
+// each limit; Redis is down for 10 minutes, and every instance sees 5
+// requests a second of one client. A quota of 60 a month admits nothing
+// more (it used to admit its whole burst, 20 an instance, whatever Redis
+// had counted); 1440 a day admits a minute's share of it and the
+// outage's: at most rate × (outage + a minute) / period, plus one an
+// instance for rounding; 10 a second starts full, as before, and keeps
+// its rate. A second outage a day later, the fallback's states still
+// held, adds about a minute's share again, not the day that passed
+// between the outages.
+func TestLocalOutageShare(t *testing.T) {
+	t.Parallel()
+	monthly, err := core.ParseLimit("60/month calendar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const instances, perSecond = 3, 5
+	outage := 10 * time.Minute
+	for _, limit := range []core.Limit{monthly, {Rate: 1440, Period: 24 * time.Hour}, core.PerSecond(10)} {
+		now := time.Unix(1_700_000_000, 0)
+		clock := func() time.Time { return now }
+		var locals []core.TestLocal
+		for range instances {
+			locals = append(locals, core.NewLocalShare(100, instances, clock))
+		}
+		limits, each := []core.Limit{limit}, make([]core.Result, 1)
+		admit := func() (admitted int) {
+			for s := time.Duration(0); s < outage; s += time.Second / perSecond {
+				for _, l := range locals {
+					if res, _ := l.Allow("tenant", nil, limits, 1, each); res.Allowed {
+						admitted++
+					}
+				}
+				now = now.Add(time.Second / perSecond)
+			}
+			return admitted
+		}
+		first := admit()
+		now = now.Add(24 * time.Hour) // Redis answers for a day
+		second := admit()
+		most := int(float64(limit.Rate)*(outage+time.Minute).Seconds()/limit.Period.Seconds()) + instances
+		t.Logf("%v on %d instances: %d admitted over an outage of %v, %d over a second one a day later (bound %d)",
+			limit, instances, first, outage, second, most)
+		if first > most || second > most {
+			t.Errorf("%v on %d instances: %d and %d admitted over outages of %v; at most %d each (the outage's share and a minute's)",
+				limit, instances, first, second, outage, most)
+		}
+		if limit.Period == time.Second && first < limit.Rate*int(outage/time.Second)-instances {
+			t.Errorf("%v: %d admitted over %v; a limit that refills within a minute starts full and keeps its rate", limit, first, outage)
+		}
+	}
+}
+
+// TestLocalRetryAfterBound: a denial of the fallback says to come back
+// within a minute at the latest, whatever the limit's period: it cannot
+// know what Redis will say once it answers.
+func TestLocalRetryAfterBound(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_700_000_000, 0)
+	l := core.NewLocal(10, func() time.Time { return now })
+	limits := []core.Limit{core.PerHour(2)}
+	var res core.Result
+	for i := 0; i < 3; i++ {
+		res, _ = l.Allow("k", nil, limits, 1, make([]core.Result, 1))
+	}
+	if res.Allowed || res.RetryAfter <= 0 || res.RetryAfter > time.Minute {
+		t.Fatalf("the third request under %v: %+v; want denied, RetryAfter within a minute", limits[0], res)
 	}
 }

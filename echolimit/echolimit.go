@@ -75,13 +75,15 @@ func Middleware(p redlimit.Policy) echo.MiddlewareFunc {
 			if r.Pattern == "" {
 				r.Pattern = c.Path()
 			}
-			// Where Key and Tier find the echo context; the handlers keep c.Request().
-			r = r.WithContext(context.WithValue(r.Context(), contextKey{}, c))
+			// Where Key and Tier find the echo context, and where the
+			// request's Decisions are recorded: the handlers get the request
+			// Serve served (with a budget's Usage too), and find them
+			// (redlimit.DecisionsFrom).
+			ctx := redlimit.ContextWithDecisions(r.Context())
+			r = r.WithContext(context.WithValue(ctx, contextKey{}, c))
 			var err error
 			redlimit.Serve(p, c.Response(), r, func(_ http.ResponseWriter, served *http.Request) int {
-				if served != r { // Serve gave it a context of its own (a budget's Usage): the handlers get it
-					c.SetRequest(c.Request().WithContext(served.Context()))
-				}
+				c.SetRequest(served)
 				err = next(c)
 				return status(c, err)
 			})

@@ -71,12 +71,13 @@ func Middleware(p redlimit.Policy) gin.HandlerFunc {
 		if r.Pattern == "" {
 			r.Pattern = c.FullPath()
 		}
-		// Where Key and Tier find the gin context; the handlers keep c.Request.
-		r = r.WithContext(context.WithValue(r.Context(), contextKey{}, c))
+		// Where Key and Tier find the gin context, and where the request's
+		// Decisions are recorded: the handlers get the request Serve served
+		// (with a budget's Usage too), and find them (redlimit.DecisionsFrom).
+		ctx := redlimit.ContextWithDecisions(r.Context())
+		r = r.WithContext(context.WithValue(ctx, contextKey{}, c))
 		d := redlimit.Serve(p, c.Writer, r, func(_ http.ResponseWriter, served *http.Request) int {
-			if served != r { // Serve gave it a context of its own (a budget's Usage): the handlers get it
-				c.Request = c.Request.WithContext(served.Context())
-			}
+			c.Request = served
 			c.Next()
 			return c.Writer.Status()
 		})

@@ -215,6 +215,7 @@ func UnaryServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) g
 	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		md := metadata.MD{}
+		ctx = redlimit.ContextWithDecisions(ctx) // the handler finds every interceptor's Decision there
 		if c.budgets {
 			ctx = redlimit.ContextWithUsage(ctx, nil)
 		}
@@ -254,9 +255,11 @@ func StreamServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) 
 		panic(err)
 	}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
-		ctx := ss.Context()
+		ctx := redlimit.ContextWithDecisions(ss.Context()) // the handler finds every interceptor's Decision there
 		if c.budgets {
 			ctx = redlimit.ContextWithUsage(ctx, nil)
+		}
+		if ctx != ss.Context() {
 			ss = &usageStream{ServerStream: ss, ctx: ctx}
 		}
 		md := metadata.MD{}
@@ -284,8 +287,9 @@ func StreamServerInterceptor(l *core.Limiter, limit core.Limit, opts ...Option) 
 	}
 }
 
-// usageStream is a stream whose context carries a redlimit.Usage, for
-// the handler to report a budget's units to as it sends.
+// usageStream is a stream whose context carries the record of the
+// call's Decisions (redlimit.DecisionsFrom) and a redlimit.Usage, for the
+// handler to report a budget's units to as it sends.
 type usageStream struct {
 	grpc.ServerStream
 	ctx context.Context

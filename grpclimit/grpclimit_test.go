@@ -816,3 +816,36 @@ func TestLimiter(t *testing.T) {
 		t.Errorf("Limit outside a call: %v", err)
 	}
 }
+
+// TestDecisionsFrom: a handler finds every chained interceptor's
+// Decision of its call in its context (redlimit.DecisionsFrom), in the
+// order they decided, unary and streaming alike.
+func TestDecisionsFrom(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t)
+	decisions := func(ctx context.Context) string {
+		var s []string
+		for _, d := range redlimit.DecisionsFrom(ctx) {
+			s = append(s, d.Policy+":"+string(d.Outcome))
+		}
+		return strings.Join(s, " ")
+	}
+	var streamed atomic.Value
+	e := &echo{
+		handle: func(ctx context.Context, _ string, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			return wrapperspb.String(decisions(ctx)), nil
+		},
+		count: func(ctx context.Context) { streamed.Store(decisions(ctx)) },
+	}
+	named := func(name string) grpclimit.Option { return grpclimit.With(redlimit.WithName(name)) }
+	cc := serve(t, e,
+		grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, core.PerMinute(5), named("outer")),
+			grpclimit.UnaryServerInterceptor(lim, core.PerMinute(5), named("inner"))),
+		grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(lim, core.PerMinute(5), named("streams"))))
+	if got := say(t, cc, "/test.Echo/Say"); got.code != codes.OK || got.reply != "outer:allowed inner:allowed" {
+		t.Fatalf("the unary handler found %q (%v), want \"outer:allowed inner:allowed\"", got.reply, got.code)
+	}
+	if got, n := count(t, cc, 1); got.code != codes.OK || n != 1 || streamed.Load() != "streams:allowed" {
+		t.Fatalf("the stream handler found %q (%v), want \"streams:allowed\"", streamed.Load(), got.code)
+	}
+}
