@@ -56,6 +56,10 @@ type policy struct {
 	confLog  throttle // requests whose limits or cost cannot decide them
 	// after the handler: response costs out of bounds, failed settlements
 	maxCostLog, invalidCostLog, settleLog throttle
+
+	// estimates are a rule's "estimate=N": what its requests reserve of
+	// a budget, in place of the budget's Estimate; nil for none.
+	estimates []fixedEstimate
 }
 
 // Bounds of a policy.
