@@ -298,10 +298,14 @@ func (p *policy) invalid(ctx context.Context, d Decision, err error) Decision {
 	return d
 }
 
-// requestQuotas returns what q is decided under: the policy's quotas, or,
-// with WithRequestLimits (grpclimit.WithLimits for a call), the
-// catch-all's and the limits q picked.
+// requestQuotas returns what q is decided under: the policy's quotas, the
+// quotas of the set WithLimitSets picks, or, with WithRequestLimits
+// (grpclimit.WithLimits for a call), the catch-all's and the limits q
+// picked.
 func (p *policy) requestQuotas(q *Request) ([]quota, error) {
+	if p.pickSet != nil { // WithLimitSets: checked when the policy was built
+		return p.setQuotas(q), nil
+	}
 	if p.Limits == nil {
 		return p.quotas, nil
 	}

@@ -133,6 +133,9 @@ type config struct {
 	answer  answerer
 	maxCost int // WithMaxCost's; 0: defaultMaxCost
 	tier    func(q Request) (string, error)
+
+	limitSets map[string]string              // WithLimitSets': name to limit string
+	pickSet   func(q Request) (string, error) // WithLimitSets' pick
 }
 
 // WithName names the policy. The name is the scope of its state in Redis,
@@ -173,7 +176,9 @@ func WithAlso(limits ...core.Limit) Option {
 // concurrent use. Not for rules tables, whose rules say their limits.
 // pick reads HTTP requests: a request of another protocol is decided by
 // the policy's own limits, and grpclimit refuses the option (its WithLimits
-// picks a call's).
+// picks a call's). For plans known by name, WithLimitSets checks each
+// plan's limits when the policy is built, where this finds a burst below
+// the cost only per request.
 func WithRequestLimits(pick func(r *http.Request) ([]core.Limit, error)) Option {
 	return func(c *options) {
 		c.Limits, c.httpOnly.limits = nil, ""

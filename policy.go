@@ -60,6 +60,10 @@ type policy struct {
 	// estimates are a rule's "estimate=N": what its requests reserve of
 	// a budget, in place of the budget's Estimate; nil for none.
 	estimates []fixedEstimate
+	// sets are WithLimitSets' sets, each set's quotas (its limits, then
+	// the budgets'), built once; setLog throttles the log of pick's errors.
+	sets   map[string][]quota
+	setLog throttle
 }
 
 // Bounds of a policy.
@@ -129,6 +133,11 @@ func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, err
 	p.log = p.lim.Logger()
 	if p.failure == FailLocal {
 		p.local = p.lim.Local(localKeys)
+	}
+	if c.pickSet != nil || c.limitSets != nil {
+		if err := p.buildSets(o, spent); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }
