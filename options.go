@@ -134,7 +134,7 @@ type config struct {
 	maxCost int // WithMaxCost's; 0: defaultMaxCost
 	tier    func(q Request) (string, error)
 
-	limitSets map[string]string              // WithLimitSets': name to limit string
+	limitSets map[string]string               // WithLimitSets': name to limit string
 	pickSet   func(q Request) (string, error) // WithLimitSets' pick
 }
 
