@@ -43,6 +43,10 @@ type Request struct {
 	Reserve bool
 	// Each, if not nil (as long as Limits), receives every limit's result.
 	Each []Result
+	// Keys, if not nil (as long as Limits), holds each limit's key, in
+	// place of Key: several keys of one request (an address and a user
+	// name) decided all or nothing; see keys.go for what it costs.
+	Keys []string
 }
 
 // Decision is what Decide answers.
@@ -95,6 +99,9 @@ type decision struct {
 // Its errors are those of AllowN, and ErrInvalidLimit for a Concurrency
 // limit without Reserve. It is safe for concurrent use.
 func (l *Limiter) Decide(ctx context.Context, q *Request) (Decision, error) {
+	if q.Keys != nil && !l.oneScript(q) {
+		return l.decideKeys(ctx, q)
+	}
 	d := decision{}
 	if err := l.prepare(&d, q); err != nil {
 		return Decision{}, err
@@ -112,10 +119,10 @@ func (l *Limiter) Decide(ctx context.Context, q *Request) (Decision, error) {
 	}
 	var dec Decision
 	var err error
-	if d.prefetch > 0 && !q.Reserve && d.n > 0 && !d.never {
+	if d.prefetch > 0 && !q.Reserve && d.n > 0 && !d.never && q.Keys == nil { // several keys: no prefetch
 		dec.Result, dec.Binding, err = l.prefetched(ctx, &d, q.Key, q.Limits, results)
 	} else {
-		dec, err = l.remote(ctx, &d, q.Key, q.Limits, results, q.Reserve)
+		dec, err = l.remote(ctx, &d, q.keyOf(0), q.Limits, results, q.Reserve)
 	}
 	switch {
 	case err != nil:
@@ -198,7 +205,7 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 // worked-out info, the name of its state and its cost (q.N, or
 // q.Costs[i]), and whether the costs can ever fit.
 func (l *Limiter) prepare(d *decision, q *Request) error {
-	if err := l.checkKey(q.Key); err != nil {
+	if err := l.checkKeys(q); err != nil {
 		return err
 	}
 	limits, costs := q.Limits, q.Costs
@@ -255,7 +262,7 @@ func (l *Limiter) prepareLimit(d *decision, q *Request, i int, limit Limit) erro
 	if q.Scopes != nil {
 		scope = q.Scopes[i]
 	}
-	d.costs[i], d.infos[i], d.keys[i] = cost, info, stateKey(l.prefix, scope, q.Key, info)
+	d.costs[i], d.infos[i], d.keys[i] = cost, info, stateKey(l.prefix, scope, q.keyOf(i), info)
 	d.prefetch = min(d.prefetch, limit.Prefetch)
 	if d.upTo[i] = q.TakeRest != nil && q.TakeRest[i]; d.upTo[i] {
 		d.n = -1 // what it takes is the reply's to say

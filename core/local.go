@@ -83,7 +83,7 @@ func (lo *Local) Decide(q *Request) Decision {
 			scope = q.Scopes[i]
 		}
 		infoBuf[i] = info
-		states[i] = stateKey("", scope, q.Key, info)
+		states[i] = stateKey("", scope, q.keyOf(i), info)
 		// Get, not Peek: a key that keeps being denied is in use and must
 		// not be the first forgotten, or it would start afresh.
 		tat, _ := lo.tat.Get(states[i])
