@@ -62,6 +62,8 @@ type quota struct {
 	member   string   // the same, as a structured-field string
 	capacity []string // X-RateLimit-Limit
 	policy   string   // its RateLimit-Policy list member
+
+	key int // the request's key it is decided for: 0 the policy's, i WithAlsoKey's i-th
 }
 
 // quotasOf returns the quotas of a policy's limits. The first is named as

@@ -61,7 +61,7 @@ func (p *policy) buildSets(o *options, spent []core.Limit) error {
 		if err != nil {
 			return fmt.Errorf("redlimit: WithLimitSets: set %q: %w", name, err)
 		}
-		p.sets[name] = quotasOf(p.name, limits)
+		p.sets[name] = p.withAlso(quotasOf(p.name, limits))
 	}
 	return nil
 }
@@ -88,6 +88,9 @@ func (p *policy) checkSet(name, spec string, spent []core.Limit) ([]core.Limit, 
 	all := append(limits[:len(limits):len(limits)], spent...)
 	if err := core.CheckLimits(nil, all); err != nil {
 		return nil, err
+	}
+	if n := len(all) + len(p.alsoQuotas); n > core.MaxLimits {
+		return nil, fmt.Errorf("%w: %d limits with WithAlsoKey's; at most %d", core.ErrInvalidLimit, n, core.MaxLimits)
 	}
 	return all, nil
 }

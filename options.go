@@ -35,6 +35,7 @@ type options struct {
 // HTTPOptions reports them.
 type httpOnly struct {
 	key, skip, limits, budget string
+	alsoKey                   string // WithAlsoKey's
 }
 
 // RequestFuncs are a policy's functions of a request of any protocol, by
@@ -100,9 +101,9 @@ func WithRequestFuncs(f RequestFuncs) Option {
 // HTTPOptions returns the names of the options p was built with whose
 // functions read only HTTP requests ("redlimit.WithKey",
 // "redlimit.WithSkip", "redlimit.WithRequestLimits",
-// "redlimit.WithBudget"): a request of another protocol would find no key
-// under them, never be skipped, never have its limits picked, or never
-// be estimated. An adapter of another protocol (grpclimit) refuses such a
+// "redlimit.WithBudget", "redlimit.WithAlsoKey"): a request of another
+// protocol would find no key under them, never be skipped, never have its
+// limits picked, or never be estimated. An adapter of another protocol (grpclimit) refuses such a
 // policy when it is built. For a rules table, the options given to
 // NewRuleSet.
 func HTTPOptions(p Policy) []string {
@@ -114,7 +115,7 @@ func HTTPOptions(p Policy) []string {
 		h = p.conf.httpOnly
 	}
 	var names []string
-	for _, name := range []string{h.key, h.skip, h.limits, h.budget} {
+	for _, name := range []string{h.key, h.skip, h.limits, h.budget, h.alsoKey} {
 		if name != "" {
 			names = append(names, name)
 		}
@@ -136,6 +137,7 @@ type config struct {
 
 	limitSets map[string]string               // WithLimitSets': name to limit string
 	pickSet   func(q Request) (string, error) // WithLimitSets' pick
+	alsoKeys  []alsoKey                       // WithAlsoKey's
 }
 
 // WithName names the policy. The name is the scope of its state in Redis,

@@ -64,6 +64,9 @@ type policy struct {
 	// the budgets'), built once; setLog throttles the log of pick's errors.
 	sets   map[string][]quota
 	setLog throttle
+	// alsoQuotas are WithAlsoKey's keys' quotas, which every request's
+	// quotas hold before the budgets'; nil without.
+	alsoQuotas []quota
 }
 
 // Bounds of a policy.
@@ -133,6 +136,11 @@ func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, err
 	p.log = p.lim.Logger()
 	if p.failure == FailLocal {
 		p.local = p.lim.Local(localKeys)
+	}
+	if c.alsoKeys != nil {
+		if err := p.buildAlsoKeys(o); err != nil {
+			return nil, err
+		}
 	}
 	if c.pickSet != nil || c.limitSets != nil {
 		if err := p.buildSets(o, spent); err != nil {

@@ -245,6 +245,9 @@ func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error
 	if c.Limits != nil || len(c.Rest.also) > 0 {
 		return nil, errors.New("redlimit: WithAlso and WithRequestLimits are not for rules: write the limits in the rule")
 	}
+	if c.Rest.alsoKeys != nil {
+		return nil, errors.New("redlimit: WithAlsoKey is not for rules: decide the keys with a policy of their own (NewPolicy) in front of the rules")
+	}
 	if c.Rest.pickSet != nil || c.Rest.limitSets != nil {
 		return nil, errors.New("redlimit: WithLimitSets is not for rules: a rules table's tiers are its limit sets (\"* tier=pro\", WithTier)")
 	}

@@ -367,6 +367,30 @@ func (l *Limiter) Validate() error {
 // errNotReady is the error of a nil or zero Limiter.
 var errNotReady = errors.New("redlimit: a nil or zero core.Limiter makes no decision: create it with core.New(rdb)")
 
+// keyOf returns the key of q's i-th limit.
+func (q *Request) keyOf(i int) string {
+	if q.Keys != nil {
+		return q.Keys[i]
+	}
+	return q.Key
+}
+
+// checkKeys checks q's key, or each of its Keys.
+func (l *Limiter) checkKeys(q *Request) error {
+	if q.Keys == nil {
+		return l.checkKey(q.Key)
+	}
+	if len(q.Keys) != len(q.Limits) {
+		return fmt.Errorf("%w: %d keys for %d limits", ErrInvalidKey, len(q.Keys), len(q.Limits))
+	}
+	for _, key := range q.Keys {
+		if err := l.checkKey(key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // checkKey reports whether the Limiter can store state for key.
 func (l *Limiter) checkKey(key string) error {
 	switch {

@@ -37,30 +37,6 @@ import (
 //     the key it was sent for, as any failed decision may;
 //   - prefetch is not used: every decision goes to Redis.
 
-// keyOf returns the key of q's i-th limit.
-func (q *Request) keyOf(i int) string {
-	if q.Keys != nil {
-		return q.Keys[i]
-	}
-	return q.Key
-}
-
-// checkKeys checks q's key, or each of its Keys.
-func (l *Limiter) checkKeys(q *Request) error {
-	if q.Keys == nil {
-		return l.checkKey(q.Key)
-	}
-	if len(q.Keys) != len(q.Limits) {
-		return fmt.Errorf("%w: %d keys for %d limits", ErrInvalidKey, len(q.Keys), len(q.Limits))
-	}
-	for _, key := range q.Keys {
-		if err := l.checkKey(key); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // oneScript reports whether q, whose limits have keys of their own, is
 // decided by one script: its keys are all one, or one script may hold
 // keys of any hash tag (one server).

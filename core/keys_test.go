@@ -284,3 +284,20 @@ func TestDecideKeysCachedDenial(t *testing.T) {
 		t.Errorf("ip:1: %d remaining, %v; want 100: its denied request was refunded", res.Remaining, err)
 	}
 }
+
+// TestLocalKeys: FailLocal's stand-in decides several keys all or
+// nothing too: a denial by one key's limit charges the other's nothing.
+func TestLocalKeys(t *testing.T) {
+	t.Parallel()
+	lim := core.New(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}))
+	local := lim.Local(100)
+	limits := []core.Limit{keysLimit(core.GCRA, 3), keysLimit(core.GCRA, 1)}
+	decide := func(ip, user string) bool {
+		return local.Decide(&core.Request{Keys: []string{ip, user}, Limits: limits, N: 1}).Allowed
+	}
+	got := fmt.Sprint(decide("ip:a", "user:bob"), decide("ip:a", "user:bob"), decide("ip:a", "user:bob"),
+		decide("ip:a", "user:carol"), decide("ip:a", "user:dave"), decide("ip:a", "user:erin"))
+	if want := "true false false true true false"; got != want {
+		t.Errorf("got %s, want %s: bob's denials charged address a nothing, its 3rd request is dave's", got, want)
+	}
+}
