@@ -45,7 +45,14 @@ type Request struct {
 	Each []Result
 	// Keys, if not nil (as long as Limits), holds each limit's key, in
 	// place of Key: several keys of one request (an address and a user
-	// name) decided all or nothing; see keys.go for what it costs.
+	// name) decided all or nothing, a request any key denies charged to
+	// none. On one server one script decides them; on a Cluster, a Ring
+	// or behind a proxy (WithBatchScript(false)) each key's limits are
+	// reserved in turn on its node, one round trip each, and refunded if
+	// another key denies; a key denied in the deny cache is asked first;
+	// prefetch is not used; the Reservation of such a decision settles
+	// each key's, one round trip each. docs/keys.md says what it costs.
+	// nil: every limit's key is Key.
 	Keys []string
 }
 

@@ -124,7 +124,13 @@ func (l *Limiter) splitKeys(q *Request) ([]keyPart, error) {
 	if whole.holds && !q.Reserve {
 		return nil, fmt.Errorf("%w: a %s limit holds its slots until they are released: decide it with Reserve, not AllowN or AllowAll", ErrInvalidLimit, Concurrency)
 	}
-	var parts []keyPart
+	distinct := 0
+	for i, key := range q.Keys {
+		if !slices.Contains(q.Keys[:i], key) {
+			distinct++
+		}
+	}
+	parts := make([]keyPart, 0, distinct)
 	for i, key := range q.Keys {
 		j := slices.IndexFunc(parts, func(p keyPart) bool { return p.q.Key == key })
 		if j < 0 {

@@ -301,3 +301,69 @@ func TestLocalKeys(t *testing.T) {
 		t.Errorf("got %s, want %s: bob's denials charged address a nothing, its 3rd request is dave's", got, want)
 	}
 }
+
+// BenchmarkDecideKeys: what deciding two keys of one request costs (an
+// address and a user name, a limit each), on one redis-server: one key's
+// two limits (AllowAll's cost) beside two keys in one script (one server),
+// and two keys decided apart as on a Cluster (WithBatchScript(false), so
+// that one server's INFO commandstats counts every call): admitted, denied
+// by the second key (reserved, denied, refunded: the deny cache off), and
+// denied by a key the deny cache holds. server-us/op is the server's
+// script time per request, scripts/op the script calls per request.
+func BenchmarkDecideKeys(b *testing.B) {
+	rdb := redistest.Standalone(b).Client(b)
+	ctx := context.Background()
+	ips, users := make([]string, 1000), make([]string, 1000)
+	for i := range ips {
+		ips[i], users[i] = fmt.Sprintf("ip:%d", i), fmt.Sprintf("user:%d", i)
+	}
+	open := []core.Limit{{Rate: 1_000_000, Period: time.Second}, {Algorithm: core.FixedWindow, Rate: 1_000_000_000, Period: time.Hour}}
+	shut := []core.Limit{open[0], {Algorithm: core.FixedWindow, Rate: 1, Period: time.Hour}}
+	for _, c := range []struct {
+		name   string
+		opts   []core.Option
+		limits []core.Limit
+		keys   func(i int) []string
+	}{
+		{"one_key_two_limits", nil, open, func(i int) []string { return []string{ips[i], ips[i]} }},
+		{"two_keys_one_script", nil, open, func(i int) []string { return []string{ips[i], users[i]} }},
+		{"two_keys_apart_admitted", []core.Option{core.WithBatchScript(false)}, open, func(i int) []string { return []string{ips[i], users[i]} }},
+		{"two_keys_apart_denied_by_the_second", []core.Option{core.WithBatchScript(false), core.WithDenyCache(0)}, shut,
+			func(i int) []string { return []string{ips[i], "user:locked"} }},
+		{"two_keys_apart_denied_cached", []core.Option{core.WithBatchScript(false)}, shut,
+			func(i int) []string { return []string{ips[i], "user:locked"} }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			lim := core.New(rdb, append([]core.Option{patient, core.WithPrefix(uniquePrefix())}, c.opts...)...)
+			decide := func(i int) error {
+				_, err := lim.Decide(ctx, &core.Request{Keys: c.keys(i % len(ips)), Limits: c.limits, N: 1})
+				return err
+			}
+			for i := range 3 { // loads the scripts, locks the user out
+				if err := decide(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for i := 0; pb.Next(); i++ {
+					if err := decide(i); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			stats, err := redistest.CommandStats(ctx, rdb)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric((stats["evalsha"].Usec+stats["eval"].Usec)/float64(b.N), "server-us/op")
+			b.ReportMetric((stats["evalsha"].Calls+stats["eval"].Calls)/float64(b.N), "scripts/op")
+		})
+	}
+}
