@@ -218,3 +218,28 @@ func testAlsoKeyConcurrent(t *testing.T, newClient func() redis.UniversalClient)
 		check(fmt.Sprint("header:X-User:u", i), "login/user", perUser)
 	}
 }
+
+// TestAlsoKeyWithSets: a limit set replaces the policy key's limits only;
+// the second key's stay.
+func TestAlsoKeyWithSets(t *testing.T) {
+	t.Parallel()
+	lim, _ := embedded(t)
+	perUser := core.Limit{Algorithm: core.SlidingLog, Rate: 2, Period: time.Hour}
+	app := nethttp.New(lim, core.Limit{Algorithm: core.FixedWindow, Rate: 1, Period: time.Hour}, redlimit.WithName("login"),
+		redlimit.WithAlsoKey("user", keyfunc.Header("X-User"), perUser),
+		redlimit.WithLimitSets(map[string]string{"pro": "100/h fixed_window"}, func(q redlimit.Request) (string, error) {
+			return q.HTTP.Header.Get("X-Plan"), nil
+		}))(okHandler)
+	send := func(plan, user string) int {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodPost, "/login", nil)
+		r.Header.Set("X-Plan", plan)
+		r.Header.Set("X-User", user)
+		app.ServeHTTP(w, r)
+		return w.Code
+	}
+	got := fmt.Sprint(send("pro", "bob"), send("pro", "bob"), send("pro", "bob"), send("", "carol"), send("pro", "carol"))
+	if want := "200 200 429 429 200"; got != want { // bob's user name denies his third; the default's 1/h carol's first
+		t.Errorf("got %s, want %s", got, want)
+	}
+}
