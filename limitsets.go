@@ -43,6 +43,20 @@ func WithLimitSets(sets map[string]string, pick func(q Request) (string, error))
 	return func(c *options) { c.Rest.limitSets, c.Rest.pickSet = copied, pick }
 }
 
+// buildKeysAndSets checks and works out the policy's WithAlsoKey keys and
+// WithLimitSets sets, if it has any; spent are its budgets' limits.
+func (p *policy) buildKeysAndSets(o *options, spent []core.Limit) error {
+	if o.Rest.alsoKeys != nil {
+		if err := p.buildAlsoKeys(o); err != nil {
+			return err
+		}
+	}
+	if o.Rest.pickSet != nil || o.Rest.limitSets != nil {
+		return p.buildSets(o, spent)
+	}
+	return nil
+}
+
 // buildSets checks the limit sets of o and works out each one's quotas:
 // its limits, then the budgets' (spent).
 func (p *policy) buildSets(o *options, spent []core.Limit) error {

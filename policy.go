@@ -137,15 +137,8 @@ func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, err
 	if p.failure == FailLocal {
 		p.local = p.lim.Local(localKeys)
 	}
-	if c.alsoKeys != nil {
-		if err := p.buildAlsoKeys(o); err != nil {
-			return nil, err
-		}
-	}
-	if c.pickSet != nil || c.limitSets != nil {
-		if err := p.buildSets(o, spent); err != nil {
-			return nil, err
-		}
+	if err := p.buildKeysAndSets(o, spent); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
