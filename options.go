@@ -103,9 +103,9 @@ func WithRequestFuncs(f RequestFuncs) Option {
 // "redlimit.WithSkip", "redlimit.WithRequestLimits",
 // "redlimit.WithBudget", "redlimit.WithAlsoKey"): a request of another
 // protocol would find no key under them, never be skipped, never have its
-// limits picked, or never be estimated. An adapter of another protocol (grpclimit) refuses such a
-// policy when it is built. For a rules table, the options given to
-// NewRuleSet.
+// limits picked, or never be estimated. An adapter of another protocol
+// (grpclimit) refuses such a policy when it is built. For a rules table,
+// the options given to NewRuleSet.
 func HTTPOptions(p Policy) []string {
 	var h httpOnly
 	switch p := p.(type) {
