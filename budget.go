@@ -154,6 +154,11 @@ func checkBudgets(bs []RequestBudget, at int) ([]*budget, []core.Limit, error) {
 // estimate returns what q reserves of b: its Estimate, bounded (see
 // Budget.Estimate).
 func (p *policy) estimate(q *Request, b *budget) int {
+	for _, e := range p.estimates { // a rule's, checked when it was loaded
+		if e.unit == b.unit {
+			return e.n
+		}
+	}
 	if b.Estimate == nil {
 		return 0
 	}

@@ -64,3 +64,45 @@ func ExampleParseRules_cannotMatch() {
 	// redlimit: invalid rules: rule "GET /static/*filepath": '*' may only end a pattern, as in "GET /api/*": "*filepath" is gin's catch-all, written "{filepath...}" here
 	// redlimit: invalid rules: rule "GET api/users": the path "api/users" does not start with '/' (and "api" is not a host name, as in "api.example.com/users")
 }
+
+func ExampleRules_cost() {
+	rdb, m := docsRedis()
+	defer m.Close()
+	defer rdb.Close()
+	lim := core.New(rdb)
+	search := func(h http.Handler) string {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/search", nil))
+		return fmt.Sprint(w.Code, " ", w.Header().Get("X-RateLimit-Remaining"))
+	}
+
+	// Every plan's allowance is the catch-all's; a search costs 5 of it.
+	rules := redlimit.Rules{
+		"*":           "20/m fixed_window",
+		"* tier=pro":  "200/m fixed_window",
+		"GET /search": "cost=5",
+	}
+	rs, err := redlimit.NewRuleSet(lim, rules, redlimit.WithTier(func(q redlimit.Request) (string, error) {
+		return q.HTTP.Header.Get("X-Plan"), nil
+	}))
+	if err != nil {
+		panic(err)
+	}
+	app := nethttp.Middleware(rs)(okHandler)
+	fmt.Println(search(app), "|", search(app))
+
+	// Reloaded with the rest of the rules: a search costs 2 now.
+	rules["GET /search"] = "cost=2"
+	if err := rs.Update(rules); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println(search(app))
+
+	// A cost no request could pay is refused when loaded.
+	rules["GET /search"] = "cost=50"
+	fmt.Println(rs.Update(rules))
+	// Output:
+	// 200 15 | 200 10
+	// 200 8
+	// redlimit: rule "GET /search": redlimit: invalid cost: cost=50 is above the burst 20 of the catch-all's limits (20/m fixed_window): no request could ever be admitted
+}

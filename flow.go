@@ -162,6 +162,7 @@ type scratch struct {
 	costs  [core.MaxLimits]int  // with budgets: each limit's cost
 	rest   [core.MaxLimits]bool // with budgets: which limits take the rest (Budget.TakeRest)
 	held   *core.Reservation    // an allowed decision's, when it was a reservation
+	keys   []string             // with WithAlsoKey: each limit's key; nil otherwise
 }
 
 // verdict decides q: skip, key, limits, one decision on Redis (the
@@ -181,6 +182,9 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 	if err == nil {
 		d.Key = hashLong(key)
 		quotas, err = p.requestQuotas(q)
+	}
+	if err == nil && p.alsoKeys != nil {
+		s.keys, err = p.requestKeys(q, d.Key, quotas)
 	}
 	if err != nil {
 		return p.invalid(q.Context, d, err), nil
@@ -208,7 +212,7 @@ func (p *policy) verdict(q *Request, s *scratch) (Decision, []quota) {
 func (p *policy) engineRequest(q *Request, s *scratch, key string, quotas []quota) core.Request {
 	s.n = len(quotas)
 	n := s.n
-	ask := core.Request{Key: key, Scopes: s.scopes[:n], Limits: s.limits[:n], N: p.cost, Each: s.each[:n]}
+	ask := core.Request{Key: key, Scopes: s.scopes[:n], Limits: s.limits[:n], N: p.cost, Each: s.each[:n], Keys: s.keys}
 	for i, quota := range quotas {
 		ask.Scopes[i], ask.Limits[i] = quota.scope, quota.limit
 	}
@@ -308,10 +312,14 @@ func (p *policy) invalid(ctx context.Context, d Decision, err error) Decision {
 	return d
 }
 
-// requestQuotas returns what q is decided under: the policy's quotas, or,
-// with WithRequestLimits (grpclimit.WithLimits for a call), the
-// catch-all's and the limits q picked.
+// requestQuotas returns what q is decided under: the policy's quotas, the
+// quotas of the set WithLimitSets picks, or, with WithRequestLimits
+// (grpclimit.WithLimits for a call), the catch-all's and the limits q
+// picked.
 func (p *policy) requestQuotas(q *Request) ([]quota, error) {
+	if p.pickSet != nil { // WithLimitSets: checked when the policy was built
+		return p.setQuotas(q), nil
+	}
 	if p.Limits == nil {
 		return p.quotas, nil
 	}

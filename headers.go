@@ -64,6 +64,8 @@ type quota struct {
 	capacity []string        // X-RateLimit-Limit
 	policy   string          // its RateLimit-Policy list member
 	calendar *calendarPolicy // for a calendar limit, whose window's length changes, its member now; nil for others
+
+	key int // the request's key it is decided for: 0 the policy's, i WithAlsoKey's i-th
 }
 
 // quotasOf returns the quotas of a policy's limits. The first is named as

@@ -35,6 +35,7 @@ type options struct {
 // HTTPOptions reports them.
 type httpOnly struct {
 	key, skip, limits, budget string
+	alsoKey                   string // WithAlsoKey's
 }
 
 // RequestFuncs are a policy's functions of a request of any protocol, by
@@ -100,11 +101,11 @@ func WithRequestFuncs(f RequestFuncs) Option {
 // HTTPOptions returns the names of the options p was built with whose
 // functions read only HTTP requests ("redlimit.WithKey",
 // "redlimit.WithSkip", "redlimit.WithRequestLimits",
-// "redlimit.WithBudget"): a request of another protocol would find no key
-// under them, never be skipped, never have its limits picked, or never
-// be estimated. An adapter of another protocol (grpclimit) refuses such a
-// policy when it is built. For a rules table, the options given to
-// NewRuleSet.
+// "redlimit.WithBudget", "redlimit.WithAlsoKey"): a request of another
+// protocol would find no key under them, never be skipped, never have its
+// limits picked, or never be estimated. An adapter of another protocol
+// (grpclimit) refuses such a policy when it is built. For a rules table,
+// the options given to NewRuleSet.
 func HTTPOptions(p Policy) []string {
 	var h httpOnly
 	switch p := p.(type) {
@@ -114,7 +115,7 @@ func HTTPOptions(p Policy) []string {
 		h = p.conf.httpOnly
 	}
 	var names []string
-	for _, name := range []string{h.key, h.skip, h.limits, h.budget} {
+	for _, name := range []string{h.key, h.skip, h.limits, h.budget, h.alsoKey} {
 		if name != "" {
 			names = append(names, name)
 		}
@@ -135,6 +136,10 @@ type config struct {
 	tier    func(q Request) (string, error)
 	// WithLimitFailure's; nil: failure for every limit
 	limitFailure func(l core.Limit) Failure
+
+	limitSets map[string]string               // WithLimitSets': name to limit string
+	pickSet   func(q Request) (string, error) // WithLimitSets' pick
+	alsoKeys  []alsoKey                       // WithAlsoKey's
 }
 
 // WithName names the policy. The name is the scope of its state in Redis,
@@ -175,7 +180,9 @@ func WithAlso(limits ...core.Limit) Option {
 // concurrent use. Not for rules tables, whose rules say their limits.
 // pick reads HTTP requests: a request of another protocol is decided by
 // the policy's own limits, and grpclimit refuses the option (its WithLimits
-// picks a call's).
+// picks a call's). For plans known by name, WithLimitSets checks each
+// plan's limits when the policy is built, where this finds a burst below
+// the cost only per request.
 func WithRequestLimits(pick func(r *http.Request) ([]core.Limit, error)) Option {
 	return func(c *options) {
 		c.Limits, c.httpOnly.limits = nil, ""

@@ -56,6 +56,17 @@ type policy struct {
 	confLog  throttle // requests whose limits or cost cannot decide them
 	// after the handler: response costs out of bounds, failed settlements
 	maxCostLog, invalidCostLog, settleLog throttle
+
+	// estimates are a rule's "estimate=N": what its requests reserve of
+	// a budget, in place of the budget's Estimate; nil for none.
+	estimates []fixedEstimate
+	// sets are WithLimitSets' sets, each set's quotas (its limits, then
+	// the budgets'), built once; setLog throttles the log of pick's errors.
+	sets   map[string][]quota
+	setLog throttle
+	// alsoQuotas are WithAlsoKey's keys' quotas, which every request's
+	// quotas hold before the budgets'; nil without.
+	alsoQuotas []quota
 }
 
 // Bounds of a policy.
@@ -125,6 +136,9 @@ func newPolicy(o *options, lim *core.Limiter, limits []core.Limit) (*policy, err
 	p.log = p.lim.Logger()
 	if p.fallsBack() {
 		p.local = p.lim.Local(localKeys)
+	}
+	if err := p.buildKeysAndSets(o, spent); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

@@ -45,7 +45,28 @@ var ErrInvalidRules = errors.New("redlimit: invalid rules")
 // on any port, so "api.example.com/login" limits requests to
 // API.EXAMPLE.COM, api.example.com. and api.example.com:8443 alike.
 // A limit string is what core.ParseLimits reads: one limit, or several
-// decided together ("5/m, 20/d"). Each request is limited by the one rule
+// decided together ("5/m, 20/d"), and, among them or alone, the rule's
+// settings:
+//
+//	"GET /search":    "cost=5"                  // 5 of the catch-all's limits per request
+//	"POST /upload":   "10/m, 100/d, cost=2"     // 2 of each of its limits and the catch-all's
+//	"POST /v1/chat":  "60/m, estimate=2000"     // reserves 2000 of WithBudget's budget
+//	"POST /v1/embed": "estimate=50 unit=tokens" // of the budget of unit "tokens"
+//
+// cost=N is what a request under the rule counts under each request limit
+// it is decided by, the catch-all's included, in place of WithCost's n:
+// from 1 to the smallest burst of those limits. estimate=N is what it
+// reserves of a budget (WithBudget), in place of the budget's Estimate
+// function: from 0 to the budget's smallest burst (any, with TakeRest)
+// and its MaxCost; "unit=NAME" names the budget when there are several.
+// A rule of settings only is decided by the catch-all's limits alone,
+// under its own name; the table must have a catch-all. The catch-all's
+// own settings are those of the requests it decides alone. A cost or
+// estimate no request could pay is an error when the rules are loaded
+// (ParseRules for the rule's own limits; NewRuleSet and Update for the
+// catch-all's and the budgets), wrapping core.ErrInvalidCost.
+//
+// Each request is limited by the one rule
 // whose pattern matches it most specifically, with ServeMux's precedence,
 // against the request's cleaned path. Each rule is its own policy, named
 // by its pattern, so requests are counted per rule and key, never per raw
@@ -71,8 +92,11 @@ type Rules map[string]string
 // number, nothing at all) or has data after it, an object without rules, a
 // pattern given twice (named in the error; neither value wins), a limit that
 // is not a string, and an empty limit string (that error also wraps
-// core.ErrInvalidLimit). Patterns and the limits' grammar are checked by
-// NewRuleSet.
+// core.ErrInvalidLimit). Each rule's pattern, limits and settings are
+// checked too (a limit that does not parse wraps core.ErrInvalidLimit, a
+// cost above the burst of the rule's own limits core.ErrInvalidCost); what
+// depends on the whole table (the catch-all's limits, tiers, budgets) is
+// checked by NewRuleSet.
 func ParseRules(data []byte) (Rules, error) {
 	// Walk the object token by token, to see every key in order: decoding
 	// into a map would keep the last of two equal patterns.
@@ -104,17 +128,9 @@ func ParseRules(data []byte) (Rules, error) {
 		if _, _, err := checkKey(pattern); err != nil {
 			return nil, err
 		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRules, want, err)
-		}
-		var spec string
-		if raw[0] != '"' || json.Unmarshal(raw, &spec) != nil {
-			return nil, fmt.Errorf("%w: rule %q: the limit must be a string, not %s", ErrInvalidRules, pattern, abbreviate(raw))
-		}
-		if strings.TrimSpace(spec) == "" {
-			_, err := core.ParseLimit(spec) // says what a limit looks like
-			return nil, fmt.Errorf("%w: rule %q: %w", ErrInvalidRules, pattern, err)
+		spec, err := readRuleValue(dec, pattern)
+		if err != nil {
+			return nil, err
 		}
 		rules[pattern] = spec
 	}
@@ -131,6 +147,28 @@ func ParseRules(data []byte) (Rules, error) {
 		return nil, fmt.Errorf("%w: data after the rules object: %w", ErrInvalidRules, err)
 	}
 	return rules, nil
+}
+
+// readRuleValue reads the value of the rule of pattern, a limit string,
+// and checks its limits and settings (the table's are NewRuleSet's to
+// check).
+func readRuleValue(dec *json.Decoder, pattern string) (string, error) {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return "", fmt.Errorf("%w: want a JSON object of pattern to limit string: %w", ErrInvalidRules, err)
+	}
+	var spec string
+	if raw[0] != '"' || json.Unmarshal(raw, &spec) != nil {
+		return "", fmt.Errorf("%w: rule %q: the limit must be a string, not %s", ErrInvalidRules, pattern, abbreviate(raw))
+	}
+	if strings.TrimSpace(spec) == "" {
+		_, err := core.ParseLimit(spec) // says what a limit looks like
+		return "", fmt.Errorf("%w: rule %q: %w", ErrInvalidRules, pattern, err)
+	}
+	if _, err := parseRuleSpec(spec); err != nil {
+		return "", fmt.Errorf("%w: rule %q: %w", ErrInvalidRules, pattern, err)
+	}
+	return spec, nil
 }
 
 // errNoRules is the error for a table without rules, parsed or built.
@@ -196,15 +234,22 @@ const catchAll = rulepattern.CatchAll
 
 // NewRuleSet checks every rule and builds its policy with opts (each
 // policy's name is its pattern, whatever opts say; WithAlso and
-// WithRequestLimits are not for rules). Errors name the rule that is wrong;
-// a bad limit wraps core.ErrInvalidLimit, a pattern no request can match
-// ErrInvalidRules. A table without rules (nil or empty) is an error
+// WithRequestLimits are not for rules; a rule's cost=N replaces WithCost's
+// n for its requests). Errors name the rule that is wrong; a bad limit
+// wraps core.ErrInvalidLimit, a cost or estimate no request could pay
+// core.ErrInvalidCost, a pattern no request can match ErrInvalidRules. A table without rules (nil or empty) is an error
 // wrapping ErrInvalidRules, as it is for ParseRules. A nil or zero
 // Limiter is refused, as NewPolicy refuses it.
 func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error) {
 	c := newOptions(opts)
 	if c.Limits != nil || len(c.Rest.also) > 0 {
 		return nil, errors.New("redlimit: WithAlso and WithRequestLimits are not for rules: write the limits in the rule")
+	}
+	if c.Rest.alsoKeys != nil {
+		return nil, errors.New("redlimit: WithAlsoKey is not for rules: decide the keys with a policy of their own (NewPolicy) in front of the rules")
+	}
+	if c.Rest.pickSet != nil || c.Rest.limitSets != nil {
+		return nil, errors.New("redlimit: WithLimitSets is not for rules: a rules table's tiers are its limit sets (\"* tier=pro\", WithTier)")
 	}
 	if err := lim.Validate(); err != nil {
 		return nil, fmt.Errorf("redlimit: NewRuleSet: %w", err)
@@ -228,8 +273,9 @@ func NewRuleSet(lim *core.Limiter, rules Rules, opts ...Option) (*RuleSet, error
 // in flight: a request is decided wholly under the old rules or wholly
 // under the new ones, and one already decided finishes under the rule that
 // admitted it (its Concurrency slot is freed where it was taken). The new
-// rules are checked as NewRuleSet checks them, with the options given to
-// it; invalid rules are an error naming the rule, and the old ones stay.
+// rules, their costs and estimates included, are checked as NewRuleSet
+// checks them, with the options given to it; invalid rules are an error
+// naming the rule, and the old ones stay.
 //
 // State survives for every pattern whose limits keep their algorithm and
 // period: a rule's state is kept under its pattern, its algorithm and its
@@ -398,14 +444,12 @@ func (t *ruleTable) add(lim *core.Limiter, pattern, spec string, c options) (p *
 			return nil, fmt.Errorf("%w: rule %q: %w", ErrInvalidRules, pattern, err)
 		}
 	}
-	limits, err := core.ParseLimits(spec)
+	rs, err := parseRuleSpec(spec)
 	if err != nil {
 		return nil, err
 	}
-	if t.catchAll != nil && slices.ContainsFunc(limits, func(l core.Limit) bool { return l.Unit != "" }) {
-		return nil, errors.New("in a table with a catch-all, a budget's limits are the catch-all's, for every route: write them in the catch-all")
-	}
-	if limits, c.Budgets, err = ruleBudgets(limits, c.Budgets); err != nil {
+	limits, settingsOnly, err := t.ruleLimits(pattern, spec, rs, &c)
+	if err != nil {
 		return nil, err
 	}
 	c.Rest.name = pattern
@@ -418,17 +462,14 @@ func (t *ruleTable) add(lim *core.Limiter, pattern, spec string, c options) (p *
 	}
 	if pattern == catchAll {
 		t.catchAll = p
-		return p, nil
+		p.estimates, err = checkEstimates(rs.estimates, p.budgets)
+		return p, err
 	}
-	if all := t.catchAll; all != nil { // decided together with the catch-all, under its budgets
-		own := p.quotas[:len(p.quotas)-p.spent]
-		if len(all.quotas)+len(own) > core.MaxLimits {
-			return nil, fmt.Errorf("%d limits with the catch-all's; at most %d", len(all.quotas)+len(own), core.MaxLimits)
-		}
-		inherits := len(all.quotas) - all.spent
-		quotas := append(all.quotas[:inherits:inherits], own...)
-		p.quotas = append(quotas, all.quotas[inherits:]...)
-		p.inherits, p.budgets, p.spent = inherits, all.budgets, all.spent
+	if err := t.inherit(p, settingsOnly); err != nil {
+		return nil, err
+	}
+	if p.estimates, err = checkEstimates(rs.estimates, p.budgets); err != nil {
+		return nil, err
 	}
 	defer func() { // ServeMux reports bad and conflicting patterns by panicking
 		if r := recover(); r != nil {
@@ -437,6 +478,74 @@ func (t *ruleTable) add(lim *core.Limiter, pattern, spec string, c options) (p *
 	}()
 	t.mux.Handle(pat.Mux, rulePolicy{p})
 	return p, nil
+}
+
+// ruleLimits returns the request limits a rule's policy is built with,
+// from its value rs (spec as written), and sets c's budgets and cost to
+// the rule's. A rule of settings only ("cost=5") is decided by the
+// catch-all's limits alone (settingsOnly), which it is checked against.
+// A rule's cost is checked against the catch-all's limits too.
+func (t *ruleTable) ruleLimits(pattern, spec string, rs ruleSpec, c *options) (limits []core.Limit, settingsOnly bool, err error) {
+	limits = rs.limits
+	if t.catchAll != nil && slices.ContainsFunc(limits, func(l core.Limit) bool { return l.Unit != "" }) {
+		return nil, false, errors.New("in a table with a catch-all, a budget's limits are the catch-all's, for every route: write them in the catch-all")
+	}
+	if limits, c.Budgets, err = ruleBudgets(limits, c.Budgets); err != nil {
+		return nil, false, err
+	}
+	if rs.cost > 0 {
+		c.Rest.cost = rs.cost
+	}
+	if pattern == catchAll {
+		if len(limits) == 0 {
+			return nil, false, fmt.Errorf("%w: %q has no limits of its own: the catch-all's are every request's", core.ErrInvalidLimit, spec)
+		}
+		return limits, false, nil
+	}
+	if len(limits) == 0 {
+		if limits = t.catchAllLimits(); limits == nil {
+			return nil, false, fmt.Errorf("%w: %q has no limits of its own: such a rule is decided by the catch-all's, and the table has no \"*\" rule", core.ErrInvalidLimit, spec)
+		}
+		settingsOnly = true
+	}
+	return limits, settingsOnly, rs.checkCost(t.catchAllLimits(), "the catch-all's limits")
+}
+
+// inherit makes p, a rule's policy, decide its requests together with
+// the table's catch-all, if it has one, under the catch-all's budgets: its
+// quotas the catch-all's, then its own (none for a rule of settings only),
+// then the budgets'.
+func (t *ruleTable) inherit(p *policy, settingsOnly bool) error {
+	all := t.catchAll
+	if all == nil {
+		return nil
+	}
+	own := p.quotas[:len(p.quotas)-p.spent]
+	if settingsOnly {
+		own = nil
+	}
+	if len(all.quotas)+len(own) > core.MaxLimits {
+		return fmt.Errorf("%d limits with the catch-all's; at most %d", len(all.quotas)+len(own), core.MaxLimits)
+	}
+	inherits := len(all.quotas) - all.spent
+	quotas := append(all.quotas[:inherits:inherits], own...)
+	p.quotas = append(quotas, all.quotas[inherits:]...)
+	p.inherits, p.budgets, p.spent = inherits, all.budgets, all.spent
+	return nil
+}
+
+// catchAllLimits returns the request limits of the table's catch-all, nil
+// when it has none.
+func (t *ruleTable) catchAllLimits() []core.Limit {
+	all := t.catchAll
+	if all == nil {
+		return nil
+	}
+	limits := make([]core.Limit, 0, len(all.quotas)-all.spent)
+	for _, q := range all.quotas[:len(all.quotas)-all.spent] {
+		limits = append(limits, q.limit)
+	}
+	return limits
 }
 
 // rulePolicy marks a ServeMux entry as a rule's policy.

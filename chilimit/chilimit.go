@@ -28,10 +28,11 @@
 // route matches keeps r.Pattern as it was ("" on the top router: keyed
 // "route:GET (unmatched)").
 //
-// chi has no per-request store of its own, so this package has no Key or
-// Tier: an authentication middleware puts the user in the request's
-// context (context.WithValue), keyfunc.ContextUser keys by it, and a
-// redlimit.WithTier function reads the plan from Request.Context.
+// chi has no per-request store of its own: an authentication middleware
+// puts the user and the plan in the request's context
+// (context.WithValue), keyfunc.ContextUser keys by the user, and Tier
+// reads the plan, for a rules table's tiers (redlimit.WithTier) and a
+// policy's limit sets (redlimit.WithLimitSets).
 //
 // A rules table's patterns are ServeMux's, as chi's are ("{id}"), without
 // chi's regular expressions ("{id:[0-9]+}"); CheckRules reports the rules
@@ -47,6 +48,7 @@ import (
 
 	"github.com/redlimit/redlimit"
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/ctxvalue"
 	rulepattern "github.com/redlimit/redlimit/internal/pattern"
 )
 
@@ -127,6 +129,27 @@ func route(r *http.Request) {
 		for i, key := range found.URLParams.Keys {
 			r.SetPathValue(key, found.URLParams.Values[i])
 		}
+	}
+}
+
+// Tier tells a request's tier (redlimit.WithTier) or limit set
+// (redlimit.WithLimitSets) by the value a middleware before this one put
+// in the request's context under ctxKey (context.WithValue), a string or a
+// fmt.Stringer: with the plan "pro" there, rules "* tier=pro" and the set
+// "pro" apply. A request without the value is of the default (the rules
+// without a tier, the policy's own limits); a value of another type is an
+// error, logged, and the request decided by the default. It reads the
+// request's context, so it works with nethttp's middleware too. The
+// function is safe for concurrent use.
+//
+//	chilimit.New(lim, core.PerSecond(10), redlimit.WithLimitSets(plans, chilimit.Tier(planKey{})))
+func Tier(ctxKey any) func(redlimit.Request) (string, error) {
+	name := fmt.Sprint(ctxKey)
+	return func(q redlimit.Request) (string, error) {
+		if q.Context == nil {
+			return "", nil
+		}
+		return ctxvalue.Tier("chi", name, q.Context.Value(ctxKey))
 	}
 }
 

@@ -50,6 +50,17 @@ type Request struct {
 	// Limiter's (WithTimeout). A decision past it fails as past the
 	// Limiter's.
 	Timeout time.Duration
+	// Keys, if not nil (as long as Limits), holds each limit's key, in
+	// place of Key: several keys of one request (an address and a user
+	// name) decided all or nothing, a request any key denies charged to
+	// none. On one server one script decides them; on a Cluster, a Ring
+	// or behind a proxy (WithBatchScript(false)) each key's limits are
+	// reserved in turn on its node, one round trip each, and refunded if
+	// another key denies; a key denied in the deny cache is asked first;
+	// prefetch is not used; the Reservation of such a decision settles
+	// each key's, one round trip each. docs/keys.md says what it costs.
+	// nil: every limit's key is Key.
+	Keys []string
 }
 
 // Decision is what Decide answers.
@@ -103,14 +114,14 @@ type decision struct {
 // Its errors are those of AllowN, and ErrInvalidLimit for a Concurrency
 // limit without Reserve. It is safe for concurrent use.
 func (l *Limiter) Decide(ctx context.Context, q *Request) (Decision, error) {
+	if q.Keys != nil && !l.oneScript(q) {
+		return l.decideKeys(ctx, q)
+	}
 	d := decision{}
 	if err := l.prepare(&d, q); err != nil {
 		return Decision{}, err
 	}
-	d.timeout = l.timeout
-	if q.Timeout > 0 && (l.timeout == 0 || q.Timeout < l.timeout) {
-		d.timeout = q.Timeout
-	}
+	d.timeout = l.timeoutOf(q)
 	if d.holds && !q.Reserve {
 		return Decision{}, fmt.Errorf("%w: a %s limit holds its slots until they are released: decide it with Reserve, not AllowN or AllowAll", ErrInvalidLimit, Concurrency)
 	}
@@ -124,10 +135,10 @@ func (l *Limiter) Decide(ctx context.Context, q *Request) (Decision, error) {
 	}
 	var dec Decision
 	var err error
-	if d.prefetch > 0 && !q.Reserve && d.n > 0 && !d.never {
+	if d.prefetch > 0 && !q.Reserve && d.n > 0 && !d.never && q.Keys == nil { // several keys: no prefetch
 		dec.Result, dec.Binding, err = l.prefetched(ctx, &d, q.Key, q.Limits, results)
 	} else {
-		dec, err = l.remote(ctx, &d, q.Key, q.Limits, results, q.Reserve)
+		dec, err = l.remote(ctx, &d, q.keyOf(0), q.Limits, results, q.Reserve)
 	}
 	switch {
 	case err != nil:
@@ -210,7 +221,7 @@ func (l *Limiter) remote(ctx context.Context, d *decision, id string, limits []L
 // worked-out info, the name of its state and its cost (q.N, or
 // q.Costs[i]), and whether the costs can ever fit.
 func (l *Limiter) prepare(d *decision, q *Request) error {
-	if err := l.checkKey(q.Key); err != nil {
+	if err := l.checkKeys(q); err != nil {
 		return err
 	}
 	limits, costs := q.Limits, q.Costs
@@ -267,7 +278,7 @@ func (l *Limiter) prepareLimit(d *decision, q *Request, i int, limit Limit) erro
 	if q.Scopes != nil {
 		scope = q.Scopes[i]
 	}
-	d.costs[i], d.infos[i], d.keys[i] = cost, info, stateKey(l.prefix, scope, q.Key, info)
+	d.costs[i], d.infos[i], d.keys[i] = cost, info, stateKey(l.prefix, scope, q.keyOf(i), info)
 	d.prefetch = min(d.prefetch, limit.Prefetch)
 	if d.upTo[i] = q.TakeRest != nil && q.TakeRest[i]; d.upTo[i] {
 		d.n = -1 // what it takes is the reply's to say
@@ -372,6 +383,30 @@ func (l *Limiter) Validate() error {
 // errNotReady is the error of a nil or zero Limiter.
 var errNotReady = errors.New("redlimit: a nil or zero core.Limiter makes no decision: create it with core.New(rdb)")
 
+// keyOf returns the key of q's i-th limit.
+func (q *Request) keyOf(i int) string {
+	if q.Keys != nil {
+		return q.Keys[i]
+	}
+	return q.Key
+}
+
+// checkKeys checks q's key, or each of its Keys.
+func (l *Limiter) checkKeys(q *Request) error {
+	if q.Keys == nil {
+		return l.checkKey(q.Key)
+	}
+	if len(q.Keys) != len(q.Limits) {
+		return fmt.Errorf("%w: %d keys for %d limits", ErrInvalidKey, len(q.Keys), len(q.Limits))
+	}
+	for _, key := range q.Keys {
+		if err := l.checkKey(key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // checkKey reports whether the Limiter can store state for key.
 func (l *Limiter) checkKey(key string) error {
 	switch {
@@ -420,6 +455,15 @@ func (l *Limiter) wireClock(now time.Time) any { return wire.Clock(now, l.clock 
 func (l *Limiter) Timeout() time.Duration {
 	if l == nil {
 		return 0
+	}
+	return l.timeout
+}
+
+// timeoutOf returns what bounds q's wait on Redis: the Limiter's
+// timeout, or q.Timeout when that is shorter or the Limiter has none.
+func (l *Limiter) timeoutOf(q *Request) time.Duration {
+	if q.Timeout > 0 && (l.timeout == 0 || q.Timeout < l.timeout) {
+		return q.Timeout
 	}
 	return l.timeout
 }

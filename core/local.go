@@ -102,7 +102,7 @@ func (lo *Local) Decide(q *Request) Decision {
 			scope = q.Scopes[i]
 		}
 		infoBuf[i] = info
-		states[i] = stateKey("", scope, q.Key, info)
+		states[i] = stateKey("", scope, q.keyOf(i), info)
 		tat := lo.state(states[i], limit, info, share, now)
 		n := q.N
 		if q.Costs != nil {

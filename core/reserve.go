@@ -69,6 +69,9 @@ type Reservation struct {
 		info  [1]*limitInfo
 		facts [factsWidth]int64
 	}
+	// split holds, for a reservation of several keys in different slots
+	// (Request.Keys, keys.go), each key's reservation; nil otherwise.
+	split []splitPart
 }
 
 func newReservation(l *Limiter, d *decision, at int64, results []Result) *Reservation {
@@ -190,6 +193,9 @@ func (r *Reservation) SettleEach(ctx context.Context, costs []int) error {
 func (r *Reservation) settle(ctx context.Context, costs []int, cost int) error {
 	if !r.done.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: reservation %s", ErrSettled, r.id)
+	}
+	if r.split != nil {
+		return r.settleSplit(ctx, costs, cost)
 	}
 	costOf := func(i int) int {
 		switch {

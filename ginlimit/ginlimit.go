@@ -115,16 +115,18 @@ func Key(name string) keyfunc.Func {
 	}
 }
 
-// Tier tells a rules table's tiers (redlimit.WithTier) by the value a gin
-// handler before the middleware stored under name with c.Set, a string or
-// a fmt.Stringer: with c.Set("plan", "pro"), rules "* tier=pro" apply.
-// A request without the value is of the default tier (the rules without
-// one); a value of another type is an error, logged, and the request
-// decided by the default's rules. Like Key, it finds the gin context only
+// Tier tells a rules table's tiers (redlimit.WithTier) and a policy's
+// limit sets (redlimit.WithLimitSets) by the value a gin handler before
+// the middleware stored under name with c.Set, a string or a
+// fmt.Stringer: with c.Set("plan", "pro"), rules "* tier=pro" and the set
+// "pro" apply. A request without the value is of the default (the rules
+// without a tier, the policy's own limits); a value of another type is an
+// error, logged, and the request decided by the default. Like Key, it finds the gin context only
 // in requests decided by this package's middleware. The function is safe for
 // concurrent use.
 //
 //	ginlimit.Rules(lim, rules, redlimit.WithTier(ginlimit.Tier("plan")))
+//	ginlimit.New(lim, core.PerSecond(10), redlimit.WithLimitSets(plans, ginlimit.Tier("plan")))
 func Tier(name string) func(redlimit.Request) (string, error) {
 	return func(q redlimit.Request) (string, error) {
 		c, ok := q.Context.Value(contextKey{}).(*gin.Context)

@@ -100,3 +100,12 @@ func contextBounded(rdb redis.Scripter) bool {
 	}
 	return false
 }
+
+// OneScript reports whether one script call may hold keys of different
+// hash tags: the client talks to one server (not a Cluster or Ring) and
+// batches calls of any keys into one script call (planOne), which a proxy
+// that routes a script by its first key, or a server that refused a batch
+// as CROSSSLOT, does not allow. It is safe for concurrent use.
+func (t *Transport) OneScript() bool {
+	return t.cl.route == nil && t.cl.mode.Load() == planOne
+}
