@@ -108,3 +108,16 @@ func slug(h string) string {
 	}
 	return b.String()
 }
+
+// TestReadmeShort: README.md stays at most 450 lines; a feature's long
+// form goes to docs/.
+func TestReadmeShort(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > 450 {
+		t.Errorf("README.md has %d lines; at most 450: move a long form to docs/", n)
+	}
+}
