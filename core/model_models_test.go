@@ -35,6 +35,7 @@ type mentry struct {
 	eff    int64 // meter, stepped: the instant its events count at in a span (spanAdmit)
 	regime int   // the regime it was counted in (spanAdmit), or for a window the change of the limit
 	forced bool
+	units  int64 // a meter's charge: what it adds to the backlog, when its debt was bounded (debtRoom); 0: n events
 	open   bool
 	win    int64 // fixed window: its window's start
 	seq    int64 // a charge: the operation that made it
@@ -204,7 +205,9 @@ func (m *model) advance(s meterState, at int64) meterState {
 
 func (m *model) apply(s meterState, e *mentry) meterState {
 	s = m.advance(s, e.at)
-	if m.kind == kindMeter {
+	if m.kind == kindMeter && e.units > 0 {
+		s.v += e.units
+	} else if m.kind == kindMeter {
 		s.v += e.n * m.per
 	} else {
 		s.v -= e.n
@@ -608,8 +611,35 @@ func (m *model) settle(e *mentry, n, cost, at int64, l core.Limit) {
 		m.entries = append(m.entries, &mentry{at: at, n: min(extra, int64(l.Capacity())), forced: true, seq: m.seq})
 	default:
 		if !m.span { // a debt is left out of the span bound: only stricter
-			m.entries = append(m.entries, &mentry{at: at, n: extra, forced: true, seq: m.seq})
+			e := &mentry{at: at, n: extra, forced: true, seq: m.seq}
+			m.boundDebt(e, at, l)
+			m.entries = append(m.entries, e)
 		}
+	}
+}
+
+// boundDebt bounds the charge e at `at` under l as the scripts bound a
+// debt: a meter's backlog goes up to at most l's capacity and MaxDebt's
+// worth of events (one Period's by default), a stepped bucket's tokens
+// down to at most that far below 0 in whole steps, and a charge never
+// lowers the debt it finds. It counts from the model's state now, which
+// never holds more than the real one (refunds count from the instant of
+// their reservation): a debt the model bounds is as deep as the real one,
+// or deeper.
+func (m *model) boundDebt(e *mentry, at int64, l core.Limit) {
+	debt := l.MaxDebt.Microseconds()
+	if debt == 0 {
+		debt = m.per
+	}
+	s := m.state(at)
+	if m.kind == kindStepped {
+		e.n = min(e.n, max(0, s.v+debt/m.per*int64(l.Rate)))
+		return
+	}
+	room := int64(l.Capacity())*m.per + debt*int64(l.Rate) - s.v // in units: an event is per
+	if room < e.n*m.per {
+		e.units = max(0, room)
+		e.n = 0
 	}
 }
 
