@@ -604,8 +604,16 @@ func (m *model) settle(e *mentry, n, cost, at int64, l core.Limit) {
 			}
 			m.charges = append(kept, mentry{at: at, n: extra, win: m.lastWin, seq: m.seq})
 		}
-	case kindSlidingWindow:
-		m.buckets[floorDiv(at, m.size)] += extra
+	case kindSlidingWindow: // in now's sub-bucket, up to three allowances in the window, as the script bounds a debt
+		cur, held := floorDiv(at, m.size), int64(0)
+		for b, n := range m.buckets {
+			if (b-cur)*m.size > -m.per {
+				held += n
+			}
+		}
+		if extra = min(extra, 3*int64(l.Capacity())-held); extra > 0 {
+			m.buckets[cur] += extra
+		}
 	case kindSlidingLog: // logged at now, at most the burst (more would change nothing), as the script trims
 		m.trimLog(at)
 		m.entries = append(m.entries, &mentry{at: at, n: min(extra, int64(l.Capacity())), forced: true, seq: m.seq})
