@@ -44,7 +44,8 @@ type RuleState struct {
 // each pattern's rule of every tier before its tiers'). A rule of a table with a catch-all is
 // decided together with the catch-all's limits, whose state is the
 // catch-all's RuleState; the limits of a budget given by WithBudget, not
-// written in the table, are not listed. It does no I/O. An error names
+// written in the table, are not listed, nor is a rule of settings only
+// ("cost=5"), which keeps no state of its own. It does no I/O. An error names
 // the rule whose pattern or limits are invalid (ErrInvalidRules,
 // core.ErrInvalidLimit); NewRuleSet checks more, across rules.
 func (r Rules) States(key string) ([]RuleState, error) {
@@ -55,9 +56,13 @@ func (r Rules) States(key string) ([]RuleState, error) {
 		if err != nil {
 			return nil, err
 		}
-		limits, err := core.ParseLimits(spec)
+		rs, err := parseRuleSpec(spec)
 		if err != nil {
 			return nil, fmt.Errorf("redlimit: rule %q: %w", rule, err)
+		}
+		limits := rs.limits
+		if len(limits) == 0 { // settings only ("cost=5"): decided under the catch-all's limits, in its state
+			continue
 		}
 		scope := pattern
 		if pattern != catchAll {

@@ -188,3 +188,44 @@ func ExampleRules_States() {
 	// POST /login  3/h fixed_window   0 left
 	// after the reset: 3 left; redlimit:POST /login:{user:alice}:fixed_window:1h
 }
+
+// TestRulesStatesSettings: a rule's settings (cost=, a rule of settings
+// only) do not stop States: the rule with limits and a cost is listed and
+// Look reads what its requests took; a rule of settings only, decided in
+// the catch-all's state, is not listed.
+func TestRulesStatesSettings(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	ctx := context.Background()
+	rules := redlimit.Rules{"*": "100/h", "GET /search": "cost=5", "POST /upload": "10/h, cost=2"}
+	lim := core.New(rdb, core.WithTimeout(10*time.Second))
+	rs, err := redlimit.NewRuleSet(lim, rules, redlimit.WithKey(keyfunc.Header("X-Key")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"GET /search", "POST /upload"} {
+		method, path, _ := strings.Cut(target, " ")
+		r := httptest.NewRequest(method, path, nil)
+		r.Header.Set("X-Key", "acme")
+		w := httptest.NewRecorder()
+		redlimit.Serve(rs, w, r, func(http.ResponseWriter, *http.Request) int { return http.StatusOK })
+		if w.Code != http.StatusOK {
+			t.Fatalf("%s: %d", target, w.Code)
+		}
+	}
+	states, err := rules.States("header:X-Key:acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[string]int{}
+	for _, s := range states {
+		got, err := lim.Look(ctx, &s.Request)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left[s.Rule] = got[0].Remaining
+	}
+	if want := map[string]int{"*": 93, "POST /upload": 8}; fmt.Sprint(left) != fmt.Sprint(want) {
+		t.Errorf("remaining by rule %v, want %v: the catch-all took 5 and 2, the upload rule 2", left, want)
+	}
+}

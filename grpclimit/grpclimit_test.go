@@ -602,9 +602,11 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("NewLimiter with an HTTP option replaced: %v", err)
 		}
 	}
-	_, err := grpclimit.NewLimiter(lim, core.PerSecond(1), grpclimit.WithRules(redlimit.Rules{"/a.B/*": "2 concurrent"}))
-	if err == nil || !strings.Contains(err.Error(), "Concurrency") {
-		t.Errorf("NewLimiter with a Concurrency rule: %v", err)
+	for _, spec := range []string{"2 concurrent", "2 concurrent, cost=1"} { // a rule's settings hide nothing
+		_, err := grpclimit.NewLimiter(lim, core.PerSecond(1), grpclimit.WithRules(redlimit.Rules{"/a.B/*": spec}))
+		if err == nil || !strings.Contains(err.Error(), "Concurrency") {
+			t.Errorf("NewLimiter with a Concurrency rule %q: %v", spec, err)
+		}
 	}
 }
 

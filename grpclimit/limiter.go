@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -38,11 +39,9 @@ func NewLimiter(l *core.Limiter, limit core.Limit, opts ...Option) (*Limiter, er
 		opt(&c)
 	}
 	concurrent := limit.Algorithm == core.Concurrency
-	for _, spec := range c.rules {
-		limits, err := core.ParseLimits(spec)
-		for _, l := range limits {
-			concurrent = concurrent || err == nil && l.Algorithm == core.Concurrency
-		}
+	states, _ := c.rules.States("") // a table it cannot read: newPolicy says why
+	for _, s := range states {
+		concurrent = concurrent || slices.ContainsFunc(s.Request.Limits, func(l core.Limit) bool { return l.Algorithm == core.Concurrency })
 	}
 	if concurrent {
 		return nil, errors.New("grpclimit: a Limiter cannot hold a Concurrency slot until the call ends: use the interceptors")

@@ -360,7 +360,18 @@ func TestCheck(t *testing.T) {
 	if code, out, errs := tool(t, nil, "check", budget); code != 0 {
 		t.Errorf("check of a file with a budget's limits: %d\n%s%s", code, out, errs)
 	}
+	for _, body := range []string{ // a rule's settings (issue 35): a cost, an estimate of a budget the service's code gives
+		`{"*": "100/m", "GET /search": "cost=5", "POST /upload": "10/h, cost=2"}`,
+		`{"*": "100/m", "POST /chat": "10/m, estimate=500 unit=tokens"}`,
+		`{"*": "100/m", "POST /chat": "10/m, estimate=500"}`,
+		`{"*": "100/m, 1000/h unit=tokens", "POST /chat": "10/m, estimate=500 unit=tokens"}`,
+	} {
+		if code, out, errs := tool(t, nil, "check", write("settings.json", body)); code != 0 {
+			t.Errorf("check of %s: %d\n%s%s", body, code, out, errs)
+		}
+	}
 	for _, c := range []struct{ body, says string }{
+		{`{"*": "100/m", "POST /upload": "2/h, cost=5"}`, `rule "POST /upload"`},
 		{`{"*": "100/m", "get /search": "10/s"}`, `rule "get /search": method "get"`},
 		{`{"*": "100/m", "POST /login": "5/fortnight"}`, `rule "POST /login"`},
 		{`{"*": "100/m", "*": "10/s"}`, `pattern "*" is given twice`},

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -94,26 +96,59 @@ func (c *command) check() error {
 }
 
 // buildRules builds a RuleSet of rules, on a Limiter that makes no call,
-// with what the rules need of the service's options.
+// with what the rules need of the service's options: a tier function, and
+// a budget for each unit the rules' limits or estimates name. A budget
+// only an estimate names ("estimate=500 unit=tokens") has its limits in
+// the service's code: here it is a stand-in that takes any estimate.
 func buildRules(rules redlimit.Rules) error {
 	rdb := redis.NewClient(&redis.Options{Addr: "check.invalid:0"}) // never dialled: NewRuleSet does no I/O
 	defer rdb.Close()
 	opts := []redlimit.Option{redlimit.WithTier(func(redlimit.Request) (string, error) { return "", nil })}
 	units := map[string]bool{}
-	for _, spec := range rules {
-		limits, err := core.ParseLimits(spec)
-		if err != nil {
-			continue // NewRuleSet says which rule
+	budget := func(l core.Limit) {
+		if !units[l.Unit] {
+			units[l.Unit] = true
+			opts = append(opts, redlimit.WithBudget(redlimit.Budget{Limits: []core.Limit{l}}))
 		}
-		for _, l := range limits {
-			if l.Unit != "" && !units[l.Unit] {
-				units[l.Unit] = true
-				opts = append(opts, redlimit.WithBudget(redlimit.Budget{Limits: []core.Limit{l}}))
+	}
+	states, _ := rules.States("key") // a rule it cannot read: NewRuleSet says which
+	for _, s := range states {
+		for _, l := range s.Request.Limits {
+			if l.Unit != "" {
+				budget(l)
 			}
 		}
 	}
+	named, alone := estimateUnits(rules)
+	if alone && len(units) == 0 && len(named) == 0 {
+		named = []string{"tokens"} // estimate=N alone: the rule's only budget, whatever its unit
+	}
+	for _, unit := range named {
+		budget(core.Limit{Algorithm: core.FixedWindow, Rate: core.MaxCount, Period: time.Hour, Unit: unit})
+	}
 	_, err := redlimit.NewRuleSet(core.New(rdb), rules, opts...)
 	return err
+}
+
+// estimateUnits returns the units the rules' estimates name
+// ("estimate=500 unit=tokens"), and whether an estimate names none
+// ("estimate=500": the rule's only budget).
+func estimateUnits(rules redlimit.Rules) (units []string, alone bool) {
+	for _, spec := range rules {
+		for _, item := range strings.Split(spec, ",") {
+			fields := strings.Fields(item)
+			if len(fields) == 0 || !strings.HasPrefix(fields[0], "estimate=") {
+				continue
+			}
+			alone = alone || len(fields) == 1
+			for _, f := range fields[1:] {
+				if unit, ok := strings.CutPrefix(f, "unit="); ok && !slices.Contains(units, unit) {
+					units = append(units, unit)
+				}
+			}
+		}
+	}
+	return units, alone
 }
 
 // checkReport is what check writes.
