@@ -167,7 +167,11 @@ func TestResendRefused(t *testing.T) {
 				}
 				began := time.Now()
 				_, err := lim.Allow(ctx, "k", l)
-				if err == nil || !strings.Contains(err.Error(), name) || errors.Is(err, core.ErrTimeout) {
+				// The refusal's error; or, when the time ran out while the
+				// last resend was on its way (a loaded machine), a timeout
+				// that names the refusal: that call may still have run.
+				if err == nil || !strings.Contains(err.Error(), name) ||
+					errors.Is(err, core.ErrTimeout) && (name != "TRYAGAIN" || !strings.Contains(err.Error(), "last failed with: "+name)) {
 					t.Fatalf("refused until the end: %v after %v, want the refusal", err, time.Since(began))
 				}
 				hook.mu.Lock()
