@@ -7,8 +7,9 @@
 --
 -- KEYS    see main.lua.
 -- ARGV    see main.lua.
--- Reply   decide.lua's, its clock 0 (no reservation) and the values from
---         taken on left out, which wire.ReadDecision reads as 0.
+-- Reply   decide.lua's, its values from retry_after on left out when
+--         they are 0 (from delay on for a denial), which
+--         wire.ReadDecision reads as 0.
 
 -- quick answers a decision of one limit with its algorithm's fast path
 -- (head.lua), if it has one and the decision is common (no reservation,
@@ -24,7 +25,8 @@ local function quick(k, at)
   if sent ~= '1' then cost = sent + 0 end -- "1", the usual cost, without strtod
   local allowed, remaining, retry, reset, next = f(KEYS[k], cost, at + 6, sent)
   if not allowed then return end
-  return {allowed, 0, 0, allowed, remaining, retry, reset, 0, next}
+  if retry == 0 then return {allowed, remaining, reset, next} end
+  return {allowed, remaining, reset, next, retry}
 end
 
 if ARGV[1] == 'd' and #KEYS == 1 then
