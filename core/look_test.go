@@ -62,7 +62,7 @@ func snap(t *testing.T, rdb *redis.Client, prefix string) snapshot {
 		}
 		s.values[k] = fmt.Sprintf("%q", v)
 		// A time to live falls as the real clock runs: a write that set it
-		// again shows as a rise (see rose).
+		// again shows as a rise (checked by the caller).
 		s.ttls[k] = rdb.PTTL(ctx, k).Val()
 	}
 	info := rdb.Info(ctx, "persistence").Val()

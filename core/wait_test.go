@@ -352,12 +352,12 @@ func zeroRetryDenial(t *testing.T, l core.Limit) []any {
 			t.Fatal(err)
 		}
 	}
-	// a decision's reply: {allowed, clock, fetched, then the limit's:
-	// allowed, remaining, retry_after, ...} (internal/wire)
-	if len(reply) < 9 || reply[0] != int64(0) || reply[5] == int64(0) {
-		t.Fatalf("a denial replied %v; want {0, clock, 0, 0, remaining, retry_after > 0, ...}", reply)
+	// a decision's reply: the limit's allowed, remaining, reset_after,
+	// next, retry_after, ... (internal/wire)
+	if len(reply) < 5 || reply[0] != int64(0) || reply[4] == int64(0) {
+		t.Fatalf("a denial replied %v; want {0, remaining, reset_after, next, retry_after > 0, ...}", reply)
 	}
-	reply[5] = int64(0)
+	reply[4] = int64(0)
 	return reply
 }
 

@@ -11,10 +11,12 @@
 // The algorithm scripts are generated (go generate) from their parts in
 // src/: head.lua, each algorithm's fast path (src/<name>_fast.lua, for
 // gcra, token_bucket and fixed_window), the general path (body.lua,
-// meter.lua, the algorithm files, decide.lua and settle.lua, defined only
-// when a call needs them) and main.lua; internal/assemble says how, and a
-// test checks that the files are what it would write. scripts/del.lua,
-// scripts/peers.lua and scripts/generation.lua are written by hand. Each file opens with a comment
+// meter.lua, the algorithm files and decide.lua, defined only when a call
+// needs them; the parts of meter.lua and the algorithm files after their
+// "--- settle ---" line and settle.lua only when a call settles) and
+// main.lua; internal/assemble says how, and a test checks that the files
+// are what it would write. scripts/del.lua, scripts/peers.lua and
+// scripts/generation.lua are written by hand. Each file opens with a comment
 // naming its KEYS, ARGV and reply; internal/wire is the Go side of them.
 //
 // This package uses the standard library only (and its own assemble) and

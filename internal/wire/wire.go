@@ -124,11 +124,11 @@ func AppendSettled(args []any, s Settled) []any {
 	return append(args, s.Delta, s.Reserved, micros(s.Reset), s.Mark, s.Epoch, micros(s.Debt))
 }
 
-// Widths of a decision's reply (lua/src/decide.lua): a head of
-// decisionWidth values, then limitWidth per limit.
+// Widths of a decision's reply (lua/src/decide.lua): limitWidth values
+// per limit, then tailWidth of the whole.
 const (
-	decisionWidth = 3
-	limitWidth    = 9
+	limitWidth = 9
+	tailWidth  = 2
 )
 
 // Decision is what a decision's reply says of the whole.
@@ -156,12 +156,13 @@ type Limit struct {
 var ErrMalformed = errors.New("redlimit: a script's reply is malformed")
 
 // ReadDecision reads reply, a decision's, into limits (as many as the
-// decision had) and returns what it says of the whole. A reply may leave
-// out values at its end that are 0 (the common decision's does: its
-// taken, mark and epoch): they read as 0.
+// decision had) and returns what it says of the whole, which allows if
+// every limit does. A reply may leave out values at its end that are 0,
+// down to its last limit's allowed (the common decision's does: its
+// values from retry_after on): they read as 0.
 func ReadDecision(reply []int64, limits []Limit) (Decision, error) {
-	full := decisionWidth + limitWidth*len(limits)
-	if len(reply) > full || len(reply) <= full-limitWidth {
+	full := limitWidth*len(limits) + tailWidth
+	if len(limits) == 0 || len(reply) > full || len(reply) <= limitWidth*(len(limits)-1) {
 		return Decision{}, fmt.Errorf("%w: %d values for %d limits, want %d", ErrMalformed, len(reply), len(limits), full)
 	}
 	v := func(i int) int64 { // reply[i], or a 0 left out
@@ -170,13 +171,16 @@ func ReadDecision(reply []int64, limits []Limit) (Decision, error) {
 		}
 		return 0
 	}
+	allowed := true
 	for i := range limits {
-		at := decisionWidth + limitWidth*i
-		limits[i] = Limit{Allowed: v(at) == 1, Remaining: int(v(at + 1)), RetryAfter: us(v(at + 2)),
-			ResetAfter: us(v(at + 3)), Delay: us(v(at + 4)), NextAfter: us(v(at + 5)), Taken: int(v(at + 6)),
+		at := limitWidth * i
+		limits[i] = Limit{Allowed: v(at) == 1, Remaining: int(v(at + 1)), ResetAfter: us(v(at + 2)),
+			NextAfter: us(v(at + 3)), RetryAfter: us(v(at + 4)), Delay: us(v(at + 5)), Taken: int(v(at + 6)),
 			Mark: v(at + 7), Epoch: v(at + 8)}
+		allowed = allowed && limits[i].Allowed
 	}
-	return Decision{Allowed: reply[0] == 1, Clock: v(1), Fetched: int(v(2))}, nil
+	tail := limitWidth * len(limits)
+	return Decision{Allowed: allowed, Clock: v(tail), Fetched: int(v(tail + 1))}, nil
 }
 
 // AppendBatched appends one call of a batch (its kind, Decide or Settle

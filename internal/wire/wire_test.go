@@ -89,34 +89,45 @@ func TestWire(t *testing.T) {
 	}
 }
 
-// TestReadDecisionShort: a reply may leave out 0s at its end, only of its
-// last limit; anything shorter or longer is malformed.
+// TestReadDecisionShort: a reply may leave out 0s at its end, down to its
+// last limit's allowed; anything shorter or longer is malformed.
 func TestReadDecisionShort(t *testing.T) {
-	full := []int64{1, 7, 0, 1, 5, 0, 300, 0, 100, 2, 9, 8}
-	for n := len(full); n >= 3; n-- {
+	// allowed, remaining, reset_after, next, retry_after, delay, taken,
+	// mark, epoch; clock, fetched
+	full := []int64{1, 5, 300, 100, 4, 6, 2, 9, 8, 7, 3}
+	for n := len(full); n >= 0; n-- {
 		limits := make([]wire.Limit, 1)
 		d, err := wire.ReadDecision(full[:n], limits)
-		if n < 4 {
+		if n == 0 {
 			if err == nil {
-				t.Errorf("%d values for one limit read as %+v", n, limits[0])
+				t.Errorf("no values for one limit read as %+v", limits[0])
 			}
 			continue
 		}
-		if err != nil || !d.Allowed || d.Clock != 7 || !limits[0].Allowed {
-			t.Errorf("%d values: %+v, %+v, %v", n, d, limits[0], err)
+		l := limits[0]
+		if err != nil || !d.Allowed || !l.Allowed {
+			t.Errorf("%d values: %+v, %+v, %v", n, d, l, err)
 		}
-		if want := int64(8); n < len(full) && limits[0].Epoch != 0 || n == len(full) && limits[0].Epoch != want {
-			t.Errorf("%d values: epoch %d", n, limits[0].Epoch)
+		got := []int64{1, int64(l.Remaining), l.ResetAfter.Microseconds(), l.NextAfter.Microseconds(),
+			l.RetryAfter.Microseconds(), l.Delay.Microseconds(), int64(l.Taken), l.Mark, l.Epoch, d.Clock, int64(d.Fetched)}
+		for i := range got {
+			if want := full[i]; i >= n && got[i] != 0 || i < n && got[i] != want {
+				t.Errorf("%d values: value %d read as %d", n, i, got[i])
+			}
 		}
 	}
-	two := append(append([]int64{}, full...), 1, 4)
-	if _, err := wire.ReadDecision(two, make([]wire.Limit, 2)); err != nil {
-		t.Errorf("two limits, the second's left out from its remaining on: %v", err)
+	two := append(append([]int64{}, full[:9]...), 0, 4)
+	limits := make([]wire.Limit, 2)
+	if d, err := wire.ReadDecision(two, limits); err != nil || d.Allowed || !limits[0].Allowed || limits[1].Remaining != 4 {
+		t.Errorf("two limits, the second denying, left out from its reset_after on: %+v, %+v, %v", d, limits, err)
 	}
-	if _, err := wire.ReadDecision(full[:11], make([]wire.Limit, 2)); err == nil {
-		t.Error("two limits, the first one short: read")
+	if _, err := wire.ReadDecision(full[:9], make([]wire.Limit, 2)); err == nil {
+		t.Error("two limits, the second left out: read")
 	}
 	if _, err := wire.ReadDecision(append(full, 0), make([]wire.Limit, 1)); err == nil {
 		t.Error("a value too many: read")
+	}
+	if _, err := wire.ReadDecision(nil, nil); err == nil {
+		t.Error("no limits: read")
 	}
 }

@@ -6,7 +6,8 @@
 -- Reply   none of its own.
 --
 -- Each algorithm file adds algorithms.<name> = {args = N, kind = T,
--- decide = f, settle = s}: N is how many arguments it reads after its
+-- decide = f}, then, after its "--- settle ---" line (defined only when a
+-- call settles: internal/assemble), algorithms.<name>.settle = s: N is how many arguments it reads after its
 -- name, T the Redis type of its state (a settlement of several limits
 -- checks it before it writes anything). f(key, cost, at, commit) reads its
 -- arguments from ARGV[at] on and returns allowed (0|1), remaining,

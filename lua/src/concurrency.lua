@@ -81,6 +81,7 @@ algorithms.concurrency = {args = 2, kind = 'zset', decide = function(key, cost, 
   end
   return 1, left, 0, last, 0, left < cap and likely(first) or 0
 end}
+--- settle ---
 -- settle frees the reservation's slots, whatever its cost. If they were
 -- still held (their lease not ended), it first records how long: the
 -- key's typical hold becomes that hold, at most the lease, the first

@@ -67,6 +67,7 @@ algorithms.fixed_window_calendar = {args = 5, kind = 'hash', decide = function(k
   local start, finish, count, e, fresh = calendar(key, at + 1)
   return window_decide(key, cost, commit, tonumber(ARGV[at]), start, finish, count, e, fresh)
 end}
+--- settle ---
 -- settle refunds only to the window the reservation was counted in (its
 -- epoch), while it lasts; it charges to the window of now (a debt ends
 -- with the window: no more than max_units are counted).

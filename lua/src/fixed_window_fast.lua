@@ -1,4 +1,4 @@
--- fixed_window_fast: the fast path of fixed_window.lua (head.lua): a
+-- fixed_window_fast: the fast path of fixed_window.lua (first.lua): a
 -- decision of cost >= 0 (sent: the cost as sent, in decimal), answered
 -- and stored as fixed_window's decide would. The count of a window that
 -- goes on grows by HINCRBY, which leaves its start and epoch as they
@@ -7,7 +7,7 @@
 -- KEYS    key: fixed_window.lua's state.
 -- ARGV    from ARGV[at]: period, burst (fixed_window.lua).
 -- Reply   allowed, remaining, retry_after, reset_after, next, as decide's.
-function fast.fixed_window(key, cost, at, sent)
+local function fixed_window_fast(key, cost, at, now, sent)
   local period, burst, state = ARGV[at] + 0, ARGV[at + 1] + 0, redis.call('HMGET', key, 'w', 'n')
   local start, count = tonumber(state[1]), tonumber(state[2])
   local fresh = not start or now >= start + period -- as fixed_window.lua's rolling

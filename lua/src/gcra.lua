@@ -72,6 +72,7 @@ algorithms.gcra = {args = 3, kind = 'string', decide = function(key, cost, at, c
   if l < burst then after = math.ceil((x - full + (l + 1) * unit) / drip) end
   return allowed, l, retry, math.ceil(x / drip), 0, after, a, e
 end}
+--- settle ---
 -- settle: a charge, up to debt µs past full, or a refund (settle_meter).
 algorithms.gcra.settle = function(key, delta, at, reset, mark, epoch, debt)
   local unit, drip, burst = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])

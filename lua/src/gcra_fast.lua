@@ -1,4 +1,4 @@
--- gcra_fast: the fast path of gcra.lua (head.lua): a decision of cost >=
+-- gcra_fast: the fast path of gcra.lua (first.lua): a decision of cost >=
 -- 0 (sent: the cost as sent, in decimal) on a key absent, "t" or "t:q" (no
 -- epoch, no floor), answered and stored as gcra's decide would; nothing,
 -- having written nothing, for any other key.
@@ -9,7 +9,7 @@
 --
 -- x is the backlog; ceil(n / d) is written (n + -n % d) / d, and a number
 -- from ARGV read with + 0 only when it is not "1", the usual drip.
-function fast.gcra(key, cost, at)
+local function gcra_fast(key, cost, at, now, sent)
   local unit, drip, raw = ARGV[at] + 0, ARGV[at + 1], redis.call('GET', key)
   local t, q, x = raw and tonumber(raw), 0, 0
   if raw and not t then t, q = string.match(raw, '^(%d+):(%d+)$') end

@@ -6,14 +6,15 @@
 -- main.lua. A decision of one limit that its algorithm's fast path
 -- answers (the common case: no reservation, no prefetch) returns before
 -- general runs, so that Redis does not define, on that call, the
--- functions only the general path needs (docs/performance.md).
+-- functions only the general path needs; and a decision defines nothing
+-- only settlements need (general's settlement does). Every function and
+-- table a call makes costs Redis time (docs/performance.md).
 --
 -- KEYS    see main.lua.
 -- ARGV    see main.lua.
 -- Reply   see main.lua.
-local now -- the call's clock in µs: main, decide and settle set it
+local now -- the call's clock in µs: decide and settle set it (a fast path takes it as an argument)
 local redis_now -- the Redis clock, read at most once per script
-local fast = {} -- the fast paths, by algorithm name
 
 -- clock returns the time an ARGV value gives, or the Redis clock for "".
 local function clock(arg)

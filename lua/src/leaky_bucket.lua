@@ -80,6 +80,7 @@ algorithms.leaky_bucket_shape = {args = 4, kind = 'hash', decide = function(key,
   return leak(key, cost, commit, tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
     tonumber(ARGV[at + 3]))
 end}
+--- settle ---
 -- settle puts charged events in, at most debt µs above the burst, and
 -- takes refunded ones out as far as they are still in (settle_meter, as
 -- gcra.lua's settle counts them). A shaping bucket's queue behind the refunded events moves

@@ -17,7 +17,8 @@
 --         only a script's first write, so such a call wrote nothing: the
 --         engine sends it again alone, and Redis's error is its answer.
 --         The other calls of the batch are answered as alone.
-local decide, settle -- general's: defined the first time a call needs them
+local decide, settlement -- general's: defined the first time a call needs them
+local settle -- settlement's: defined the first time a call settles
 
 -- call makes one decision ("d") or settlement ("s") of n keys from KEYS[k],
 -- its arguments from ARGV[at].
@@ -26,8 +27,9 @@ local function call(kind, k, n, at)
     local reply = quick(k, at)
     if reply then return reply end
   end
-  if not decide then decide, settle = general() end
+  if not decide then decide, settlement = general() end
   if kind == 'd' then return decide(k, n, at) end
+  if not settle then settle = settlement() end
   return settle(k, n, at)
 end
 

@@ -43,6 +43,7 @@ local function restart(backlog, e, a, p)
   return e, a, p
 end
 
+--- settle ---
 -- in_force returns the numbers key's hash holds under fields when it has
 -- them all, else the defaults given: the parameters a bucket's state
 -- counts in. A settlement counts in them, the limit in force, so that a

@@ -73,6 +73,7 @@ algorithms.sliding_log = {args = 2, kind = 'zset', decide = function(key, cost, 
   if commit then log(key, rid == '' and 0 or 1, rid == '' and cost - 1 or cost, rid, period) end
   return 1, burst - count - cost, 0, period, 0, next
 end}
+--- settle ---
 -- settle takes back the reservation's last -delta events while they are
 -- in the window, or logs delta more at now (at most burst: more would
 -- leave the window at the same instant and change nothing).

@@ -90,6 +90,7 @@ algorithms.sliding_window = {args = 3, kind = 'hash', decide = function(key, cos
   if remaining < burst then next = wait(remaining + 1) end
   return 1, remaining, 0, left, 0, next, 0, e
 end}
+--- settle ---
 -- settle takes refunded events out of the sub-bucket they were counted
 -- in, while it is in the window and the epoch theirs, and counts charged
 -- ones in now's, as far as the window then holds at most three times the

@@ -66,6 +66,7 @@ algorithms.token_bucket = {args = 3, kind = 'hash', decide = function(key, cost,
   if tokens < burst then after = math.ceil(((math.max(0, tokens) + 1) * unit - credit) / drip) end
   return allowed, tokens, retry, math.ceil((full - credit) / drip), 0, after, a, e
 end}
+--- settle ---
 -- settle: a charge, up to debt µs in debt, or a refund (settle_meter) of missing tokens.
 algorithms.token_bucket.settle = function(key, delta, at, reset, mark, epoch, debt)
   local unit, drip, burst = in_force(key, {'u', 'd', 'k'}, tonumber(ARGV[at]), tonumber(ARGV[at + 1]),

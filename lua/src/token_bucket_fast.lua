@@ -1,4 +1,4 @@
--- token_bucket_fast: the fast path of token_bucket.lua (head.lua): a
+-- token_bucket_fast: the fast path of token_bucket.lua (first.lua): a
 -- decision of cost >= 0 on a bucket of the limit's unit, drip and burst
 -- whose floor is 0 and in which no epoch runs (or none at all), answered
 -- and stored as token_bucket's decide would; nothing, having written
@@ -7,7 +7,7 @@
 -- KEYS    key: token_bucket.lua's state.
 -- ARGV    from ARGV[at]: unit, drip, burst (token_bucket.lua).
 -- Reply   allowed, remaining, retry_after, reset_after, next, as decide's.
-function fast.token_bucket(key, cost, at)
+local function token_bucket_fast(key, cost, at, now, sent)
   local unit, drip, burst = ARGV[at] + 0, ARGV[at + 1], ARGV[at + 2] + 0
   local s = redis.call('HMGET', key, 'c', 't', 'u', 'd', 'k', 'f', 'e')
   local full, credit, last = burst * unit, burst * unit, now

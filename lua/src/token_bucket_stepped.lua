@@ -50,6 +50,7 @@ algorithms.token_bucket_stepped = {args = 3, kind = 'hash', decide = function(ke
   if commit then stepped_store(key, tokens, step, e, a, p, rate, period, burst) end
   return 1, tokens, 0, reset, 0, wait(math.min(burst, tokens + 1)), a, e
 end}
+--- settle ---
 -- settle takes charged tokens out, into a debt of at most debt µs if need
 -- be, and puts refunded ones back as far as the bucket still misses them
 -- (meter.lua: its steps drain the queue of missing tokens).
