@@ -373,16 +373,18 @@ func BenchmarkDecideKeys(b *testing.B) {
 
 // TestDecideKeysOneDeadline: on a Cluster, where a decision of several
 // keys asks each key's node in turn, the keys share the decision's one
-// timeout: three masters each held back longer than the one before (250,
-// 500, 750 ms; a timeout of 300 ms) end the decision with ErrTimeout once
-// the timeout is used up, not after the three answers (750 ms, each within
-// a timeout of its own); the key that was admitted is refunded.
+// timeout: three masters each held back longer than the one before (300,
+// 700, 1100 ms; a timeout of 500 ms) end the decision with ErrTimeout once
+// the timeout is used up, not after the three answers (1.1 s: each key
+// waits 300 or 400 ms, within a timeout of its own). Whether the first key was refunded depends
+// on whether it answered in time, which a loaded machine decides: refunds
+// are TestDecideKeysDenied's.
 func TestDecideKeysOneDeadline(t *testing.T) {
 	t.Parallel()
 	c := redistest.NewCluster(t, 3)
 	rdb := c.Client(t)
 	ctx := context.Background()
-	const timeout = 300 * time.Millisecond
+	const timeout = 500 * time.Millisecond
 	lim := core.New(rdb, core.WithPrefix(uniquePrefix()), core.WithTimeout(timeout), core.WithBreaker(0), core.WithDenyCache(0))
 	var keys []string
 	var masters []*redistest.Server
@@ -401,11 +403,14 @@ func TestDecideKeysOneDeadline(t *testing.T) {
 	}
 	limits := []core.Limit{core.PerMinute(10), core.PerMinute(10), core.PerMinute(10)}
 	ask := &core.Request{Keys: keys, Limits: limits, N: 1}
-	if _, err := lim.Decide(ctx, ask); err != nil { // the connections made, the script loaded on each
+	if _, err := core.New(rdb, core.WithPrefix(uniquePrefix()), patient).Decide(ctx, ask); err != nil { // connections made, the script loaded
+		t.Fatal(err)
+	}
+	if _, err := lim.Decide(ctx, ask); err != nil {
 		t.Fatal(err)
 	}
 	for i, m := range masters {
-		m.SlowFor(t, time.Duration(i+1)*250*time.Millisecond)
+		m.SlowFor(t, []time.Duration{300, 700, 1100}[i]*time.Millisecond)
 	}
 	began := time.Now()
 	_, err := lim.Decide(ctx, ask)
@@ -413,15 +418,9 @@ func TestDecideKeysOneDeadline(t *testing.T) {
 	if !errors.Is(err, core.ErrTimeout) {
 		t.Fatalf("err %v after %v; want ErrTimeout: the keys share one timeout", err, took)
 	}
-	// Each key on a timeout of its own answers after 750 ms; one shared
-	// ends at 300 ms, or soon after on a slow machine.
-	if took >= 700*time.Millisecond {
+	// Each key on a timeout of its own is answered after 1.1 s; one
+	// timeout shared ends at 500 ms, or soon after on a slow machine.
+	if took >= 900*time.Millisecond {
 		t.Errorf("failed after %v: longer than a shared timeout of %v allows", took, timeout)
-	}
-	time.Sleep(500 * time.Millisecond) // the masters answer again
-	for i, key := range keys[:1] {     // admitted by the first master, then refunded
-		if res, err := lim.AllowN(ctx, key, limits[i], 0); err != nil || res.Remaining != 9 {
-			t.Errorf("%s: %d remaining, %v; want 9 (the second decision refunded)", key, res.Remaining, err)
-		}
 	}
 }

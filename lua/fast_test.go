@@ -412,9 +412,12 @@ func (w *twins) compare(what, kind string, names []string, args []string) []int6
 		all = append(all, f, g)
 	}
 	var fast, gen, states *redis.Cmd
+	var before, after *redis.TimeCmd
 	_, err := w.rdb.TxPipelined(w.ctx, func(p redis.Pipeliner) error {
+		before = p.Time(w.ctx)
 		fast = w.fast[kind].EvalSha(w.ctx, p, keysF, anys(args)...)
 		gen = w.gen[kind].EvalSha(w.ctx, p, keysG, anys(args)...)
+		after = p.Time(w.ctx)
 		states = stateScript.EvalSha(w.ctx, p, all, w.mini == nil)
 		return nil
 	})
@@ -430,7 +433,10 @@ func (w *twins) compare(what, kind string, names []string, args []string) []int6
 	st, _ := states.Slice()
 	slack := int64(0)
 	if w.mini == nil {
-		slack = 50 // ms: the twins are written a moment apart, on a machine that may be busy
+		// ms: each twin's time to live counts from its script's start, and
+		// the second starts after the first, within the transaction's span
+		// (a busy machine may stretch it), plus a ms of each PTTL's rounding.
+		slack = after.Val().Sub(before.Val()).Milliseconds() + 2
 	}
 	for i := 0; i+5 < len(st); i += 6 {
 		tf, tg := st[i+2].(int64), st[i+5].(int64)
