@@ -209,6 +209,30 @@ func TestBatching(t *testing.T) {
 	}
 }
 
+// wrapped is a user's own client type: a go-redis client behind an
+// interface, as instrumentation wraps one.
+type wrapped struct{ redis.UniversalClient }
+
+// TestWrappedClientBatches: a client of the user's own type that forwards
+// go-redis's methods keeps batching, as the client it wraps would (the
+// transport asks for the methods it uses, not for go-redis's types).
+func TestWrappedClientBatches(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Standalone(t).Client(t)
+	h := &roundTrips{}
+	rdb.AddHook(h)
+	lim := core.New(wrapped{rdb}, core.WithPrefix(uniquePrefix()), core.WithPipelines(1), patient)
+	l := core.PerHour(1_000_000)
+	h.warm(t, lim, l)
+	const goroutines, each = 32, 20
+	if allowed := hammer(t, lim, goroutines, each, l, func(g, i int) string { return fmt.Sprintf("k%d", (g*each+i)%100) }); allowed != goroutines*each {
+		t.Fatalf("%d of %d allowed under a limit nothing reaches", allowed, goroutines*each)
+	}
+	if trips := h.trips.Load(); h.batchCalls.Load() == 0 || trips >= goroutines*each/2 {
+		t.Errorf("%d decisions in %d round trips, %d batch script calls: a wrapped client lost batching", goroutines*each, trips, h.batchCalls.Load())
+	}
+}
+
 // TestBatchingOff: WithBatchSize(1) sends every decision on its own.
 func TestBatchingOff(t *testing.T) {
 	t.Parallel()
