@@ -106,14 +106,11 @@ func (s *sender) idleWait(timer *time.Timer) bool {
 // take moves up to a batch of the queue to s.batch; the lane's lock is held.
 func (s *sender) take() {
 	ln := s.ln
-	if batch := ln.t.batch; len(ln.queue) <= batch { // take it all: swap buffers
-		s.batch, ln.queue = ln.queue, s.batch[:0]
-	} else {
-		s.batch = append(s.batch[:0], ln.queue[:batch]...)
-		rest := copy(ln.queue, ln.queue[batch:])
-		clear(ln.queue[rest:])
-		ln.queue = ln.queue[:rest]
-	}
+	n := min(len(ln.queue), ln.t.batch)
+	s.batch = append(s.batch[:0], ln.queue[:n]...)
+	rest := copy(ln.queue, ln.queue[n:])
+	clear(ln.queue[rest:])
+	ln.queue = ln.queue[:rest]
 	ln.qlen.Store(int32(len(ln.queue)))
 }
 

@@ -493,15 +493,15 @@ type breaker struct {
 	// answers wrap
 	unavailable error
 
-	open     atomic.Bool   // read by every decision without the lock
-	opens    atomic.Uint64 // times it opened; read by metrics without the lock
-	failures atomic.Int32  // in a row; read by every success without the lock
-	probing  atomic.Bool   // a prober runs
-	asked    atomic.Int64  // unix ns of the last decision the open breaker refused
-	err      atomic.Pointer[error]
+	open    atomic.Bool   // read by every decision without the lock
+	opens   atomic.Uint64 // times it opened; read by metrics without the lock
+	probing atomic.Bool   // a prober runs
+	asked   atomic.Int64  // unix ns of the last decision the open breaker refused
+	err     atomic.Pointer[error]
 
-	mu    sync.Mutex
-	since time.Time // the first failure in the row
+	mu       sync.Mutex
+	failures int       // in a row
+	since    time.Time // the first failure in the row
 }
 
 // admit returns nil if a decision may go to Redis now, or else the error
@@ -553,12 +553,9 @@ func (b *breaker) prober() {
 
 // success records a decision or a probe Redis answered.
 func (b *breaker) success() {
-	if b.failures.Load() == 0 && !b.open.Load() {
-		return
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.failures.Store(0)
+	b.failures = 0
 	if b.open.Load() {
 		b.open.Store(false)
 		b.log.Info("redlimit: Redis answers again; decisions resume", "where", b.where)
@@ -575,18 +572,18 @@ func (b *breaker) failure(now time.Time, err error) {
 	if b.open.Load() {
 		return
 	}
-	if b.failures.Add(1) == 1 {
+	if b.failures++; b.failures == 1 {
 		b.since = now
 	}
 	failing := now.Sub(b.since)
-	if b.failures.Load() < breakerMinFailures || failing < b.after {
+	if b.failures < breakerMinFailures || failing < b.after {
 		return
 	}
 	b.setErr(failing, err)
 	b.opens.Add(1) // first, so that whoever sees it open then counts this opening
 	b.open.Store(true)
 	b.log.Warn("redlimit: Redis is failing; decisions fail fast until a probe succeeds",
-		"where", b.where, "failing_for", failing.Round(time.Millisecond), "failures", b.failures.Load(),
+		"where", b.where, "failing_for", failing.Round(time.Millisecond), "failures", b.failures,
 		"probe_every", breakerProbeInterval, "error", err)
 }
 
