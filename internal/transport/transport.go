@@ -263,7 +263,6 @@ type lane struct {
 	node    *redis.Client // the node on a Cluster or Ring; nil: the Transport's client
 	breaker breaker
 	busy    atomic.Int32 // round trips in flight, a sender's or a direct caller's
-	qlen    atomic.Int32 // len(queue), read without the lock
 	seen    atomic.Pointer[seenError]
 
 	mu    sync.Mutex
@@ -367,7 +366,7 @@ func (ln *lane) do(ctx context.Context, c *Call, timeout time.Duration, limit ti
 		return nil, unsentError{err}
 	}
 	switch {
-	case ln.t.cl.bounded && !c.due.IsZero() && ln.qlen.Load() == 0 && ln.busy.CompareAndSwap(0, 1): // free
+	case ln.t.cl.bounded && !c.due.IsZero() && ln.queueEmpty() && ln.busy.CompareAndSwap(0, 1): // free
 		ln.direct(ctx, c)
 		if c.state.Load() == answered { // else sent again later: wait for it
 			<-c.done
