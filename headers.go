@@ -56,6 +56,10 @@ var (
 // quota is one limit of a request's decision, kept in its policy's scope,
 // with what the headers say of it, built once. Each slice has len == cap,
 // so a later Header.Add copies instead of writing into the shared array.
+// pays: BenchmarkPolicyItem, 13 allocations and 2–3 µs a RateLimit-Policy
+// member written per request; nethttp's BenchmarkMiddleware, 15 → 17
+// allocations a request writing X-RateLimit-Limit's per request
+// (docs/performance.md, issue 33).
 type quota struct {
 	scope    string
 	limit    core.Limit
@@ -155,8 +159,9 @@ func policyItem(name string, l core.Limit, period time.Duration) string {
 // calendarPolicy is the RateLimit-Policy member of a calendar limit,
 // whose window is as long as the calendar says: w is the length of the
 // window now is in (2 592 000 s in November, 2 678 400 in December, 82 800
-// for a day that loses an hour), worked out once per window. It is safe
-// for concurrent use.
+// for a day that loses an hour), worked out once per window (pays:
+// BenchmarkCalendarPolicy, 0 allocations and about 50 ns a request,
+// against BenchmarkPolicyItem's). It is safe for concurrent use.
 type calendarPolicy struct {
 	name  string
 	limit core.Limit

@@ -18,7 +18,9 @@ import (
 // An entry is keyed by the Redis keys of the decision's limits, so a
 // decision of several limits has its own entry, holding every limit's
 // answer. The LRUs are hashicorp/golang-lru/v2: bounded, safe for
-// concurrent use, and their Peek takes only a read lock.
+// concurrent use, and their Peek takes only a read lock. It pays:
+// bench/cmd/compare deny-cache against deny-nocache, a key already denied
+// answered 18–180× faster than by Redis (issue 33, docs/performance.md).
 type denyCache struct {
 	entries *lru.Cache[string, *denial]
 	maxAge  time.Duration

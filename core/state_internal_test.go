@@ -275,3 +275,55 @@ func BenchmarkStateKey(b *testing.B) {
 		})
 	}
 }
+
+// TestLimitCache: a limit is worked out once and then read from the
+// cache (the same *limitInfo), from any number of goroutines at once; an
+// invalid limit is an error and is not kept; past maxCachedLimits a limit
+// is worked out per call, correctly, and the cache stays bounded.
+func TestLimitCache(t *testing.T) {
+	t.Parallel()
+	var c limitCache
+	if _, err := c.get(Limit{Rate: 0, Period: time.Second}); err == nil {
+		t.Fatal("an invalid limit was worked out")
+	}
+	if n := len(c.m); n != 0 {
+		t.Fatalf("%d limits kept after an invalid one, want 0", n)
+	}
+	first, err := c.get(PerSecond(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *limitInfo)
+	for range 8 {
+		go func() {
+			info, err := c.get(PerSecond(1))
+			if err != nil {
+				t.Error(err)
+			}
+			for i := range 50 { // others meanwhile
+				_, _ = c.get(Limit{Rate: 1 + i, Period: time.Minute})
+			}
+			done <- info
+		}()
+	}
+	for range 8 {
+		if info := <-done; info != first {
+			t.Errorf("a cached limit was worked out again: %p, want %p", info, first)
+		}
+	}
+	for i := range maxCachedLimits + 10 {
+		l := Limit{Rate: 1 + i, Period: time.Hour}
+		info, err := c.get(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.capacity != l.Capacity() || info.state != ":gcra:1h" {
+			t.Fatalf("%v worked out as capacity %d, state %q", l, info.capacity, info.state)
+		}
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if n := len(c.m); n != maxCachedLimits {
+		t.Errorf("%d limits kept, want at most %d", n, maxCachedLimits)
+	}
+}

@@ -24,7 +24,6 @@ func (ln *lane) submit(c *Call) error {
 		return ln.t.errs.queueFull
 	}
 	ln.queue = append(ln.queue, c)
-	ln.qlen.Store(int32(len(ln.queue)))
 	if n := len(ln.idle); n > 0 {
 		s := ln.idle[n-1]
 		ln.idle[n-1] = nil
@@ -42,6 +41,15 @@ func (ln *lane) submit(c *Call) error {
 	}
 	ln.mu.Unlock()
 	return nil
+}
+
+// queueEmpty reports whether no call of ln waits for a sender, under the
+// lane's lock (a copy of the length read without it did not pay:
+// docs/performance.md, issue 33).
+func (ln *lane) queueEmpty() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return len(ln.queue) == 0
 }
 
 // sender is one goroutine that runs queued calls of a lane, one round trip
@@ -106,15 +114,11 @@ func (s *sender) idleWait(timer *time.Timer) bool {
 // take moves up to a batch of the queue to s.batch; the lane's lock is held.
 func (s *sender) take() {
 	ln := s.ln
-	if batch := ln.t.batch; len(ln.queue) <= batch { // take it all: swap buffers
-		s.batch, ln.queue = ln.queue, s.batch[:0]
-	} else {
-		s.batch = append(s.batch[:0], ln.queue[:batch]...)
-		rest := copy(ln.queue, ln.queue[batch:])
-		clear(ln.queue[rest:])
-		ln.queue = ln.queue[:rest]
-	}
-	ln.qlen.Store(int32(len(ln.queue)))
+	n := min(len(ln.queue), ln.t.batch)
+	s.batch = append(s.batch[:0], ln.queue[:n]...)
+	rest := copy(ln.queue, ln.queue[n:])
+	clear(ln.queue[rest:])
+	ln.queue = ln.queue[:rest]
 }
 
 // send runs the batch and answers every call in it, but for those whose

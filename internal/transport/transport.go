@@ -139,6 +139,9 @@ const (
 	abandoned // the caller left; whoever sees this last recycles the call
 )
 
+// calls are Calls, pooled with their channel and slices. pays:
+// TestDecisionAllocations, 7 → 11 allocations a decision alone and 2 → 6
+// batched without the pool (docs/performance.md, issue 33).
 var calls = sync.Pool{New: func() any {
 	return &Call{done: make(chan struct{}, 1), Keys: make([]string, 0, 4), Args: make([]any, 0, 16)}
 }}
@@ -250,6 +253,11 @@ func (t *Transport) Stats() Stats {
 // calls, as one round trip (trip.go). So batches grow with load. Without
 // ContextTimeoutEnabled go-redis bounds a read only by its ReadTimeout
 // (seconds), so every call is queued: only a sender's wait can be left.
+//
+// Both pay (bench/cmd/compare, issue 33, docs/performance.md): batching
+// against a batch of one, 16 and 128 goroutines, 1.6–6× the decisions a
+// second; direct against queued, core-ctxtimeout at one goroutine,
+// 0.33–0.55 → 0.59–0.87× a bare EVALSHA and 37–44 % less CPU.
 
 // causeMaxAge: a lane's last error this recent is named as a timeout's cause.
 const causeMaxAge = 2 * time.Second
@@ -260,7 +268,6 @@ type lane struct {
 	node    *redis.Client // the node on a Cluster or Ring; nil: the Transport's client
 	breaker breaker
 	busy    atomic.Int32 // round trips in flight, a sender's or a direct caller's
-	qlen    atomic.Int32 // len(queue), read without the lock
 	seen    atomic.Pointer[seenError]
 
 	mu    sync.Mutex
@@ -345,7 +352,9 @@ func (ln *lane) saw(err error) {
 }
 
 // timers are the timers callers wait on for their timeout, pooled: a
-// queued call would otherwise allocate one (docs/performance.md).
+// queued call would otherwise allocate one. pays: TestDecisionAllocations,
+// 7 → 10 allocations a queued decision alone and 2 → 5 batched with
+// time.NewTimer (docs/performance.md, issue 33).
 var timers = sync.Pool{New: func() any {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
@@ -362,7 +371,7 @@ func (ln *lane) do(ctx context.Context, c *Call, timeout time.Duration, limit ti
 		return nil, unsentError{err}
 	}
 	switch {
-	case ln.t.cl.bounded && !c.due.IsZero() && ln.qlen.Load() == 0 && ln.busy.CompareAndSwap(0, 1): // free
+	case ln.t.cl.bounded && !c.due.IsZero() && ln.queueEmpty() && ln.busy.CompareAndSwap(0, 1): // free
 		ln.direct(ctx, c)
 		if c.state.Load() == answered { // else sent again later: wait for it
 			<-c.done
@@ -443,7 +452,9 @@ func (ln *lane) direct(ctx context.Context, c *Call) {
 	ln.busy.Add(-1)
 }
 
-// trips are the work spaces of direct callers' round trips, pooled.
+// trips are the work spaces of direct callers' round trips, pooled. pays:
+// TestDecisionAllocations, 12 → 22 allocations a direct decision with a
+// new trip each (docs/performance.md, issue 33).
 var trips = sync.Pool{New: func() any { return new(trip) }}
 
 // roundTrip sends calls in one round trip bounded by ctx and answers each
@@ -457,7 +468,7 @@ func (ln *lane) roundTrip(ctx context.Context, t *trip, calls []*Call) {
 		}
 	}
 	t.answer()
-	if len(t.resent) > 0 { // a method value allocates: only when needed
+	if len(t.resent) > 0 { // a method value allocates, 7 → 8 a decision: only when needed
 		t.requeue(ln.submit)
 	}
 	t.reset()
@@ -493,15 +504,15 @@ type breaker struct {
 	// answers wrap
 	unavailable error
 
-	open     atomic.Bool   // read by every decision without the lock
-	opens    atomic.Uint64 // times it opened; read by metrics without the lock
-	failures atomic.Int32  // in a row; read by every success without the lock
-	probing  atomic.Bool   // a prober runs
-	asked    atomic.Int64  // unix ns of the last decision the open breaker refused
-	err      atomic.Pointer[error]
+	open    atomic.Bool   // read by every decision without the lock
+	opens   atomic.Uint64 // times it opened; read by metrics without the lock
+	probing atomic.Bool   // a prober runs
+	asked   atomic.Int64  // unix ns of the last decision the open breaker refused
+	err     atomic.Pointer[error]
 
-	mu    sync.Mutex
-	since time.Time // the first failure in the row
+	mu       sync.Mutex
+	failures int       // in a row
+	since    time.Time // the first failure in the row
 }
 
 // admit returns nil if a decision may go to Redis now, or else the error
@@ -553,12 +564,9 @@ func (b *breaker) prober() {
 
 // success records a decision or a probe Redis answered.
 func (b *breaker) success() {
-	if b.failures.Load() == 0 && !b.open.Load() {
-		return
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.failures.Store(0)
+	b.failures = 0
 	if b.open.Load() {
 		b.open.Store(false)
 		b.log.Info("redlimit: Redis answers again; decisions resume", "where", b.where)
@@ -575,18 +583,18 @@ func (b *breaker) failure(now time.Time, err error) {
 	if b.open.Load() {
 		return
 	}
-	if b.failures.Add(1) == 1 {
+	if b.failures++; b.failures == 1 {
 		b.since = now
 	}
 	failing := now.Sub(b.since)
-	if b.failures.Load() < breakerMinFailures || failing < b.after {
+	if b.failures < breakerMinFailures || failing < b.after {
 		return
 	}
 	b.setErr(failing, err)
 	b.opens.Add(1) // first, so that whoever sees it open then counts this opening
 	b.open.Store(true)
 	b.log.Warn("redlimit: Redis is failing; decisions fail fast until a probe succeeds",
-		"where", b.where, "failing_for", failing.Round(time.Millisecond), "failures", b.failures.Load(),
+		"where", b.where, "failing_for", failing.Round(time.Millisecond), "failures", b.failures,
 		"probe_every", breakerProbeInterval, "error", err)
 }
 
