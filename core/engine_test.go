@@ -532,7 +532,7 @@ func TestDecisionAllocations(t *testing.T) {
 	}
 	dbound := bound + 5
 	if raceEnabled {
-		dbound = 15
+		dbound = 18 // three pools on this path, each dropped at random under -race
 	}
 	if n := testing.AllocsPerRun(200, func() { _, _ = dlim.Allow(ctx, "k", l) }); n > dbound {
 		t.Errorf("%.1f allocations per direct decision, want at most %v", n, dbound)

@@ -43,15 +43,6 @@ func (ln *lane) submit(c *Call) error {
 	return nil
 }
 
-// queueEmpty reports whether no call of ln waits for a sender, under the
-// lane's lock (a copy of the length read without it did not pay:
-// docs/performance.md, issue 33).
-func (ln *lane) queueEmpty() bool {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	return len(ln.queue) == 0
-}
-
 // sender is one goroutine that runs queued calls of a lane, one round trip
 // at a time.
 type sender struct {

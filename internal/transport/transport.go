@@ -452,6 +452,15 @@ func (ln *lane) direct(ctx context.Context, c *Call) {
 	ln.busy.Add(-1)
 }
 
+// queueEmpty reports whether no call of ln waits for a sender, under the
+// lane's lock (a copy of the length read without it did not pay:
+// docs/performance.md, issue 33).
+func (ln *lane) queueEmpty() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return len(ln.queue) == 0
+}
+
 // trips are the work spaces of direct callers' round trips, pooled. pays:
 // TestDecisionAllocations, 12 → 22 allocations a direct decision with a
 // new trip each (docs/performance.md, issue 33).
