@@ -9,6 +9,7 @@ replace (
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/dunglas/httpsfv v1.1.2
 	github.com/envoyproxy/go-control-plane/envoy v1.39.0
 	github.com/prometheus/client_golang v1.24.1
@@ -22,7 +23,6 @@ require (
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
-	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
